@@ -1,0 +1,1 @@
+"""Benchmark runner, configs, reports and speed checks for qc_sb3."""

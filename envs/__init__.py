@@ -1,0 +1,1 @@
+"""Domain adapters: OGBench and robomimic env factories, dataset generation, converters to Minari."""

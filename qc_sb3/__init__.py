@@ -1,0 +1,15 @@
+"""qc_sb3: Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3."""
+
+from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
+from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
+from qc_sb3.common.wrappers import ChunkedActionWrapper
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChunkDiscountReplayBuffer",
+    "ChunkReplayBuffer",
+    "ChunkReplayBufferSamples",
+    "ChunkedActionWrapper",
+    "__version__",
+]

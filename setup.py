@@ -1,0 +1,38 @@
+"""Installation script for qc_sb3: Q-chunking on Stable-Baselines3."""
+
+from setuptools import find_packages, setup
+
+# The library itself needs only these; domains and tools are extras.
+# `torch` is given as a range that an installed CPU build satisfies, so pip does not pull a CUDA build over it.
+install_requires = [
+    "torch>=2.3",
+    "gymnasium>=1.0",
+    "stable-baselines3>=2.7",  # ReplayBufferSamples.discounts, NStepReplayBuffer
+    "minari[hdf5]>=0.5.4",
+    "numpy>=1.26",
+]
+
+extras = {
+    "ogbench": ["ogbench==1.2.2", "mujoco==3.8.0"],
+    "robomimic": ["robosuite==1.5.2", "mujoco==3.8.0", "h5py>=3.8"],
+    "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
+    "test": ["pytest>=8", "hypothesis>=6.100", "sb3-contrib>=2.7", "ruff>=0.6", "tqdm", "rich"],
+}
+extras["all"] = sorted({requirement for group in extras.values() for requirement in group})
+
+setup(
+    name="qc_sb3",
+    version="0.1.0",
+    description="Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["qc_sb3", "qc_sb3.*", "envs", "envs.*", "benchmarks", "benchmarks.*"]),
+    python_requires=">=3.10",
+    install_requires=install_requires,
+    extras_require=extras,
+    license="MIT",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
