@@ -1,5 +1,7 @@
 """Installation script for qc_sb3: Q-chunking on Stable-Baselines3."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 # The library itself needs only these; domains and tools are extras.
@@ -24,7 +26,7 @@ setup(
     name="qc_sb3",
     version="0.1.0",
     description="Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["qc_sb3", "qc_sb3.*", "envs", "envs.*", "benchmarks", "benchmarks.*"]),
     python_requires=">=3.10",

@@ -1,0 +1,322 @@
+"""ChunkReplayBuffer against a brute-force, per-sample computation of spec/algorithms.md §1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qc_sb3 import ChunkReplayBuffer
+
+OBS_DIM = 3
+ACTION_DIM = 2
+
+
+@dataclass
+class Step:
+    """One stored primitive transition; ``obs[0]`` is a unique id that tells which step a sample started at."""
+
+    obs: np.ndarray
+    action: np.ndarray
+    reward: float
+    next_obs: np.ndarray
+    terminated: bool
+    episode_end: bool
+
+
+def make_step(rng: np.random.Generator, step_id: int, terminated: bool, episode_end: bool) -> Step:
+    obs = np.array([step_id, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
+    next_obs = np.array([-step_id - 1, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
+    action = rng.uniform(-0.9, 0.9, size=ACTION_DIM).astype(np.float32)
+    return Step(obs, action, float(rng.normal()), next_obs, terminated, episode_end)
+
+
+def make_buffer(size: int, n_envs: int = 1, **kwargs) -> ChunkReplayBuffer:
+    observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
+    return ChunkReplayBuffer(size, observation_space, action_space, n_envs=n_envs, **kwargs)
+
+
+def brute_force_window(stream: list[Step], t: int, h: int, gamma: float) -> dict[str, np.ndarray]:
+    """Spec §1 for one window, one position at a time; positions past the newest step repeat it with no reward."""
+    actions, rewards, masks, valid = [], [], [], []
+    cumulative, mask, still_valid = 0.0, 1.0, 1.0
+    for i in range(h):
+        position = min(t + i, len(stream) - 1)
+        step = stream[position]
+        if t + i < len(stream):
+            cumulative += gamma**i * step.reward
+        mask = min(mask, 1.0 - step.terminated)
+        actions.append(step.action)
+        rewards.append(cumulative)
+        masks.append(mask)
+        valid.append(still_valid)
+        # The newest stored step ends the stream like an episode end: nothing after it is readable.
+        if step.episode_end or position == len(stream) - 1:
+            still_valid = 0.0
+    return {
+        "observations": stream[t].obs,
+        "actions": np.array(actions),
+        "next_observations": stream[min(t + h - 1, len(stream) - 1)].next_obs,
+        "rewards": np.array(rewards),
+        "masks": np.array(masks),
+        "valid": np.array(valid),
+    }
+
+
+def episode_layouts(max_episodes: int, last_may_continue: bool):
+    """Lists of (length, ending) where ending is 'terminated', 'truncated' or (last episode only) 'ongoing'."""
+    ending = st.sampled_from(["terminated", "truncated"])
+    episodes = st.lists(st.tuples(st.integers(1, 7), ending), min_size=1, max_size=max_episodes)
+    if not last_may_continue:
+        return episodes
+    return st.tuples(episodes, st.booleans()).map(
+        lambda layout: [*layout[0][:-1], (layout[0][-1][0], "ongoing")] if layout[1] else layout[0]
+    )
+
+
+def steps_of(layout, rng: np.random.Generator, first_id: int) -> list[Step]:
+    steps = []
+    for length, ending in layout:
+        for k in range(length):
+            last = k == length - 1
+            steps.append(make_step(rng, first_id + len(steps), last and ending == "terminated", last and ending != "ongoing"))
+    return steps
+
+
+def add_online(buffer: ChunkReplayBuffer, streams: list[list[Step]]) -> None:
+    """Feed equally long per-env streams through SB3's `add`, one vectorised step at a time."""
+    for steps in zip(*streams, strict=True):
+        buffer.add(
+            np.stack([s.obs for s in steps]),
+            np.stack([s.next_obs for s in steps]),
+            np.stack([s.action for s in steps]),
+            np.array([s.reward for s in steps], dtype=np.float32),
+            np.array([s.episode_end for s in steps]),
+            [{"TimeLimit.truncated": s.episode_end and not s.terminated} for s in steps],
+        )
+
+
+def add_offline(buffer: ChunkReplayBuffer, steps: list[Step]) -> None:
+    buffer.add_offline(
+        np.stack([s.obs for s in steps]),
+        np.stack([s.action for s in steps]),
+        np.array([s.reward for s in steps]),
+        np.stack([s.next_obs for s in steps]),
+        np.array([s.terminated for s in steps]),
+        np.array([s.episode_end for s in steps]),
+    )
+
+
+def check_batch_against_brute_force(batch, streams_by_id: dict[int, tuple[list[Step], int]], h: int, gamma: float):
+    for row in range(batch.observations.shape[0]):
+        step_id = int(batch.observations[row, 0].item())
+        assert step_id in streams_by_id, f"sampled step {step_id} is not stored (evicted or never added)"
+        stream, t = streams_by_id[step_id]
+        expected = brute_force_window(stream, t, h, gamma)
+        for name, value in expected.items():
+            np.testing.assert_allclose(
+                getattr(batch, name)[row].numpy(), value, rtol=1e-5, atol=1e-5, err_msg=f"{name} of window at {step_id}"
+            )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    offline_layout=st.one_of(st.none(), episode_layouts(6, last_may_continue=False)),
+    online_layouts=st.lists(episode_layouts(6, last_may_continue=True), min_size=1, max_size=2),
+    ring_per_env=st.integers(1, 30),
+    h=st.integers(1, 5),
+    gamma=st.sampled_from([0.5, 0.9, 0.99, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_windows_match_brute_force(offline_layout, online_layouts, ring_per_env, h, gamma, seed):
+    rng = np.random.default_rng(seed)
+    np.random.seed(seed)
+    n_envs = len(online_layouts)
+    buffer = make_buffer(ring_per_env * n_envs, n_envs=n_envs, chunk_size=h, gamma=gamma)
+    streams_by_id: dict[int, tuple[list[Step], int]] = {}
+
+    if offline_layout is not None:
+        offline_layout = [*offline_layout, (h, "truncated")]  # at least one episode as long as a chunk
+        offline = steps_of(offline_layout, rng, first_id=0)
+        add_offline(buffer, offline)
+        streams_by_id.update({int(s.obs[0]): (offline, t) for t, s in enumerate(offline)})
+
+    # Online streams: each env gets its own layout, cut or padded with ongoing steps to a common length.
+    first_ids = [10_000 * (env + 1) for env in range(n_envs)]
+    streams = [steps_of(layout, rng, first_id) for layout, first_id in zip(online_layouts, first_ids, strict=True)]
+    length = min(len(stream) for stream in streams)
+    streams = [stream[:length] for stream in streams]
+    add_online(buffer, streams)
+    for stream in streams:
+        kept = stream[-ring_per_env:]  # the ring keeps each env's newest steps; older ones are overwritten
+        streams_by_id.update({int(s.obs[0]): (kept, t) for t, s in enumerate(kept)})
+
+    batch = buffer.sample(256)
+    assert batch.actions.shape == (256, h, ACTION_DIM)
+    assert batch.rewards.shape == batch.masks.shape == batch.valid.shape == (256, h)
+    check_batch_against_brute_force(batch, streams_by_id, h, gamma)
+
+
+def test_hand_worked_window():
+    """h = 3, gamma = 0.5 over one offline episode that terminates at its third step, then a truncated one."""
+    buffer = make_buffer(10, chunk_size=3, gamma=0.5)
+    obs = np.arange(5, dtype=np.float32)[:, None].repeat(OBS_DIM, axis=1)
+    actions = np.linspace(-0.5, 0.5, 10, dtype=np.float32).reshape(5, 2)
+    rewards = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    terminated = np.array([0, 0, 1, 0, 0])
+    episode_end = np.array([0, 0, 1, 0, 1])
+    buffer.add_offline(obs, actions, rewards, obs + 100, terminated, episode_end)
+    np.random.seed(0)
+    batch = buffer.sample(64)
+    starts = batch.observations[:, 0].long().numpy()
+    by_start = {int(s): i for i, s in enumerate(starts)}
+    assert set(by_start) == {0, 1, 2, 3, 4}
+
+    row = by_start[0]  # 1 + 0.5*2 + 0.25*4, terminated at the last position: still valid
+    np.testing.assert_allclose(batch.rewards[row], [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(batch.masks[row], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(batch.valid[row], [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(batch.next_observations[row], [102.0] * OBS_DIM)
+    np.testing.assert_allclose(batch.actions[row], actions[0:3])
+
+    row = by_start[1]  # crosses the termination at position 1: reads the next episode's step, weighted out
+    np.testing.assert_allclose(batch.rewards[row], [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(batch.masks[row], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(batch.valid[row], [1.0, 1.0, 0.0])
+
+    row = by_start[3]  # the last step of the data: padded with no reward
+    np.testing.assert_allclose(batch.rewards[row], [8.0, 16.0 * 0.5 + 8.0, 16.0 * 0.5 + 8.0])
+    np.testing.assert_allclose(batch.masks[row], [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(batch.valid[row], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(batch.next_observations[row], [104.0] * OBS_DIM)
+    np.testing.assert_allclose(batch.actions[row], actions[[3, 4, 4]])
+
+
+def fill_online(buffer: ChunkReplayBuffer, n_steps: int, first_id: int, episode_length: int = 10) -> None:
+    rng = np.random.default_rng(1)
+    layout = [(episode_length, "truncated")] * (n_steps // episode_length)
+    add_online(buffer, [steps_of(layout, rng, first_id)])
+
+
+def test_uniform_over_offline_and_online():
+    """Default sampling: every stored step equally likely, whichever segment holds it."""
+    buffer = make_buffer(300, chunk_size=2)
+    rng = np.random.default_rng(0)
+    add_offline(buffer, steps_of([(10, "truncated")] * 10, rng, first_id=0))
+    fill_online(buffer, 300, first_id=1000)
+    np.random.seed(0)
+    ids = np.concatenate([buffer.sample(1000).observations[:, 0].numpy() for _ in range(40)])
+    offline_share = (ids < 1000).mean()
+    assert abs(offline_share - 100 / 400) < 0.01  # 40k draws: std of the share is 0.002
+    counts = np.unique(ids, return_counts=True)[1]
+    assert len(counts) == 400
+    # Each step is drawn 100 times in expectation: a chi-square over 400 cells stays near its 399 dof.
+    chi_square = ((counts - 100.0) ** 2 / 100.0).sum()
+    assert chi_square < 399 + 6 * np.sqrt(2 * 399)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 1.0])
+def test_offline_fraction_fixes_batch_composition(fraction):
+    buffer = make_buffer(300, chunk_size=2, offline_fraction=fraction)
+    add_offline(buffer, steps_of([(10, "truncated")] * 3, np.random.default_rng(0), first_id=0))
+    fill_online(buffer, 300, first_id=1000)
+    np.random.seed(0)
+    for _ in range(5):
+        ids = buffer.sample(256).observations[:, 0].numpy()
+        assert (ids < 1000).sum() == round(256 * fraction)
+
+
+def test_offline_segment_survives_wrap_around_and_reset():
+    buffer = make_buffer(20, chunk_size=3)
+    add_offline(buffer, steps_of([(5, "terminated")] * 2, np.random.default_rng(0), first_id=0))
+    fill_online(buffer, 100, first_id=1000)
+    np.random.seed(0)
+    ids = buffer.sample(2000).observations[:, 0].numpy()
+    assert set(ids[ids < 1000]) == set(range(10))
+    assert set(ids[ids >= 1000]) == set(range(1080, 1100))  # the newest 20 online steps only
+    buffer.reset()
+    ids = buffer.sample(100).observations[:, 0].numpy()
+    assert (ids < 1000).all()
+
+
+def test_float64_observations_are_stored_as_float32():
+    observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float64)
+    action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
+    buffer = ChunkReplayBuffer(100, observation_space, action_space)
+    assert buffer.observations.dtype == np.float32
+    assert buffer.next_observations.dtype == np.float32
+
+
+def test_offline_actions_are_clipped_as_the_reference_does():
+    buffer = make_buffer(10, chunk_size=1)
+    actions = np.array([[1.0, -1.0], [0.5, -0.25]])
+    buffer.add_offline(np.zeros((2, OBS_DIM)), actions, np.zeros(2), np.zeros((2, OBS_DIM)), [0, 0], [0, 1])
+    np.testing.assert_array_equal(buffer.offline_actions, np.float32([[1 - 1e-5, -1 + 1e-5], [0.5, -0.25]]))
+
+
+def test_sampled_tensors_on_device_and_float32():
+    buffer = make_buffer(10, chunk_size=2)
+    add_offline(buffer, steps_of([(4, "terminated")], np.random.default_rng(0), first_id=0))
+    batch = buffer.sample(8)
+    for tensor in batch:
+        assert tensor.dtype == th.float32
+        assert tensor.device == th.device("cpu")
+
+
+def offline_arrays(n: int = 6) -> dict[str, np.ndarray]:
+    return {
+        "observations": np.zeros((n, OBS_DIM)),
+        "actions": np.zeros((n, ACTION_DIM)),
+        "rewards": np.zeros(n),
+        "next_observations": np.zeros((n, OBS_DIM)),
+        "terminated": np.zeros(n),
+        "episode_end": np.eye(n)[-1],
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"observations": np.zeros((6, OBS_DIM + 1))}, r"observations has shape \(6, 4\), expected \(6, 3\)"),
+        ({"actions": np.zeros((6, 3))}, r"actions has shape \(6, 3\), expected \(6, 2\)"),
+        ({"rewards": np.zeros(0)}, "at least one step"),
+        ({"terminated": np.zeros(5)}, r"terminated has shape \(5,\)"),
+        ({"rewards": np.array([0, 0, np.nan, 0, 0, 0])}, "rewards holds NaN or inf.*step 2"),
+        ({"actions": np.full((6, ACTION_DIM), 2.0)}, r"\[-1, 1\] scale.*\[2.0, 2.0\]"),
+        ({"terminated": np.eye(6)[2]}, "step 2 is terminated but not marked as an episode end"),
+        ({"episode_end": np.zeros(6)}, "last step must end an episode"),
+        ({"episode_end": np.ones(6)}, "every episode is shorter than chunk_size=2"),
+        ({"terminated": np.full(6, 0.5)}, "only 0/1"),
+    ],
+)
+def test_add_offline_refuses_bad_data(change, message):
+    buffer = make_buffer(10, chunk_size=2)
+    with pytest.raises(ValueError, match=message):
+        buffer.add_offline(**{**offline_arrays(), **change})
+    assert buffer.offline_size == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"optimize_memory_usage": True}, "optimize_memory_usage"),
+        ({"handle_timeout_termination": False}, "handle_timeout_termination"),
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+        ({"gamma": 1.5}, "gamma must be in"),
+        ({"offline_fraction": -0.1}, "offline_fraction"),
+    ],
+)
+def test_constructor_refuses_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_buffer(10, **kwargs)
+
+
+def test_sampling_an_empty_buffer_is_an_error():
+    with pytest.raises(ValueError, match="empty"):
+        make_buffer(10).sample(4)
