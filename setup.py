@@ -18,7 +18,7 @@ extras = {
     "ogbench": ["ogbench==1.2.2", "mujoco==3.8.0"],
     "robomimic": ["robosuite==1.5.2", "mujoco==3.8.0", "h5py>=3.8"],
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
-    "test": ["pytest>=8", "hypothesis>=6.100", "sb3-contrib>=2.7", "ruff>=0.6", "tqdm", "rich"],
+    "test": ["pytest>=8", "hypothesis>=6.100", "sb3-contrib>=2.7", "ruff>=0.6", "tqdm", "rich", "tensorboard>=2.14"],
 }
 extras["all"] = sorted({requirement for group in extras.values() for requirement in group})
 

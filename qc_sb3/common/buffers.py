@@ -75,12 +75,12 @@ class ChunkReplayBuffer(ReplayBuffer):
     :param action_space: Action space (a Box); the buffer stores actions in [-1, 1] (``policy.scale_action``)
     :param device: PyTorch device of the sampled tensors
     :param n_envs: Number of parallel environments, each with its own stream
-    :param optimize_memory_usage: Not supported (next observations at episode ends are needed)
-    :param handle_timeout_termination: Must be True: truncations are episode ends but not terminations
     :param chunk_size: Window length h
     :param gamma: Discount factor of the cumulative rewards
     :param offline_fraction: Fraction of every batch drawn from the offline segment, or None for uniform
         sampling over all stored steps
+    :param optimize_memory_usage: Not supported (next observations at episode ends are needed)
+    :param handle_timeout_termination: Must be True: truncations are episode ends but not terminations
     """
 
     def __init__(
@@ -90,11 +90,11 @@ class ChunkReplayBuffer(ReplayBuffer):
         action_space: spaces.Space,
         device: th.device | str = "cpu",
         n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
         chunk_size: int = 5,
         gamma: float = 0.99,
         offline_fraction: float | None = None,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
     ):
         if optimize_memory_usage:
             raise ValueError(
