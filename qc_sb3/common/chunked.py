@@ -1,0 +1,251 @@
+"""ChunkedOffPolicyAlgorithm: offline pre-training then online fine-tuning over action chunks (spec/algorithms.md §5)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import configure_logger
+
+from qc_sb3.common.buffers import ChunkReplayBuffer
+from qc_sb3.common.datasets import (
+    OfflineTransitions,
+    add_transitions_to_buffer,
+    check_transitions_match_spaces,
+    load_offline_transitions,
+)
+from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
+
+SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
+
+
+class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
+    """
+    Base class of every chunked method: an SB3 off-policy algorithm that trains on sliding-window chunks of
+    primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed
+    open-loop through one action queue per env, and runs an offline phase before its online phase.
+
+    * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run once by the first
+      ``learn()`` before its first env step (or explicitly with :meth:`pretrain`). Gradient steps never count as
+      env steps; progress is kept in ``offline_steps_done``.
+    * Online phase (spec §5): the policy acts from the first env step; updates start after ``learning_starts``
+      online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
+      cleared when its episode ends.
+
+    The env is the ordinary primitive env: chunking lives in the algorithm (design.md). Subclasses implement
+    ``train()`` and call ``_setup_model()`` at the end of their ``__init__``.
+
+    :param policy: The policy model to use
+    :param env: The primitive environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: Learning rate of every optimizer, constant or a schedule of the remaining progress
+    :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top)
+    :param learning_starts: Online env steps collected before the first update (the policy acts from step 0)
+    :param batch_size: Minibatch size of each gradient step
+    :param tau: Target network update coefficient (Polyak)
+    :param gamma: Discount factor
+    :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
+    :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
+    :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (spec §4)
+    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays
+        or :class:`~qc_sb3.common.datasets.OfflineTransitions`; never saved with the model
+    :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
+    :param offline_log_interval: Offline gradient steps between two log dumps
+    :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
+    :param policy_kwargs: Additional arguments to be passed to the policy on creation
+    :param stats_window_size: Window size for the rollout logging
+    :param tensorboard_log: The log location for tensorboard (if None, no logging)
+    :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
+    :param device: Device (cpu, cuda, ...) on which the code should be run
+    :param seed: Seed for the pseudo random generators
+    :param supported_action_spaces: The action spaces supported by the algorithm
+    """
+
+    policy: ChunkPolicy
+    replay_buffer: ChunkReplayBuffer
+
+    def __init__(
+        self,
+        policy: str | type[ChunkPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 5000,
+        batch_size: int = 256,
+        tau: float = 0.005,
+        gamma: float = 0.99,
+        train_freq: int | tuple[int, str] = 1,
+        gradient_steps: int = 1,
+        chunk_size: int = 5,
+        action_chunking: bool = True,
+        offline_dataset: Any = None,
+        offline_gradient_steps: int = 1_000_000,
+        offline_log_interval: int = 1000,
+        replay_buffer_kwargs: dict[str, Any] | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        verbose: int = 0,
+        device: th.device | str = "auto",
+        seed: int | None = None,
+        supported_action_spaces: tuple[type[spaces.Space], ...] = (spaces.Box,),
+    ):
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            tau=tau,
+            gamma=gamma,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            replay_buffer_class=ChunkReplayBuffer,
+            replay_buffer_kwargs=replay_buffer_kwargs,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            support_multi_env=True,
+            seed=seed,
+            sde_support=False,
+            supported_action_spaces=supported_action_spaces,
+        )
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int | np.integer) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        if offline_gradient_steps < 0:
+            raise ValueError(f"offline_gradient_steps must be >= 0, got {offline_gradient_steps}")
+        self.chunk_size = int(chunk_size)
+        self.action_chunking = action_chunking
+        self.offline_dataset = offline_dataset
+        self.offline_gradient_steps = offline_gradient_steps
+        self.offline_log_interval = offline_log_interval
+        self.offline_steps_done = 0
+        self._action_queue: ActionQueueState | None = None
+        # Validated and loaded in _setup_model, before any network is built
+        self._offline_transitions: OfflineTransitions | None = None
+
+    def _setup_model(self) -> None:
+        if self.offline_dataset is not None:
+            # Refuse a dataset that does not fit the env before building or training anything.
+            self._offline_transitions = load_offline_transitions(self.offline_dataset)
+            check_transitions_match_spaces(self._offline_transitions, self.observation_space, self.action_space)  # type: ignore[arg-type]
+        self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
+        self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
+        super()._setup_model()
+        if self._offline_transitions is not None:
+            add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
+            self._offline_transitions = None
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "offline_dataset", "_offline_transitions", "_action_queue"]
+
+    @property
+    def offline_steps_remaining(self) -> int:
+        """Gradient steps of the offline phase still to run."""
+        return max(self.offline_gradient_steps - self.offline_steps_done, 0)
+
+    def pretrain(
+        self: SelfChunkedOffPolicyAlgorithm,
+        gradient_steps: int | None = None,
+        progress_bar: bool = False,
+        tb_log_name: str = "run",
+    ) -> SelfChunkedOffPolicyAlgorithm:
+        """
+        Run (part of) the offline phase: gradient steps on the offline data, logging ``train/*`` every
+        ``offline_log_interval`` steps with the offline step count as x-axis.
+
+        :param gradient_steps: Number of gradient steps to run (default: what remains of ``offline_gradient_steps``)
+        :param progress_bar: Display a progress bar over the gradient steps (tqdm and rich)
+        :param tb_log_name: Name of the tensorboard run, if no logger is set up yet
+        :return: the trained model
+        """
+        n_steps = self.offline_steps_remaining if gradient_steps is None else gradient_steps
+        if n_steps <= 0:
+            return self
+        if self.replay_buffer.offline_size == 0:
+            raise ValueError(
+                "the offline phase needs offline data: pass offline_dataset=... at construction or "
+                "load_replay_buffer() a buffer that holds it"
+            )
+        if not hasattr(self, "_logger"):
+            self._logger = configure_logger(self.verbose, self.tensorboard_log, tb_log_name, reset_num_timesteps=True)
+        progress = _progress_bar(n_steps) if progress_bar else None
+        while n_steps > 0:
+            block = min(self.offline_log_interval, n_steps)
+            self.train(gradient_steps=block, batch_size=self.batch_size)
+            self.offline_steps_done += block
+            n_steps -= block
+            self.logger.record("offline/gradient_steps", self.offline_steps_done)
+            self.logger.dump(step=self.offline_steps_done)
+            if progress is not None:
+                progress.update(block)
+        if progress is not None:
+            progress.close()
+        return self
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # The offline phase runs once, inside learn(), after the logger is set up and before the first env step.
+        total_timesteps, callback = super()._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+        if reset_num_timesteps:
+            self._action_queue = None
+        if self.offline_steps_remaining > 0 and self.replay_buffer.offline_size > 0:
+            self.pretrain(progress_bar=progress_bar)
+        return total_timesteps, callback
+
+    def _sample_action(
+        self,
+        learning_starts: int,
+        action_noise: ActionNoise | None = None,
+        n_envs: int = 1,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """
+        Act with the policy from the first online step (spec §5: no random warm-up), popping each env's queue.
+
+        :param learning_starts: Unused: it gates updates only
+        :param action_noise: Not supported (the policies are stochastic)
+        :param n_envs: Number of envs
+        :return: Actions in the env's scale, and the same in the buffer's [-1, 1] scale
+        """
+        assert self._last_obs is not None, "self._last_obs was not set"
+        actions, self._action_queue = self.policy.predict(self._last_obs, state=self._action_queue)  # type: ignore[arg-type]
+        return actions, self.policy.scale_action(actions)
+
+    def _store_transition(
+        self,
+        replay_buffer: ReplayBuffer,
+        buffer_action: np.ndarray,
+        new_obs: np.ndarray | dict[str, np.ndarray],
+        reward: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
+        # The rest of a chunk is dropped when its episode ends (spec §5).
+        if self._action_queue is not None:
+            self._action_queue[1][np.asarray(dones, dtype=bool)] = self.policy.act_chunk_size
+
+
+def _progress_bar(total: int) -> Any:
+    """A rich tqdm bar over offline gradient steps (tqdm and rich are imported only when asked for)."""
+    from tqdm.rich import tqdm
+
+    return tqdm(total=total, desc="offline gradient steps")

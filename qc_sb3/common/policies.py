@@ -1,0 +1,145 @@
+"""ChunkPolicy: a policy that outputs action chunks and executes them open-loop through per-env action queues."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
+
+# The recurrent state that carries the action queues between `predict` calls: the queued chunks, in the
+# buffer's [-1, 1] scale, shape (n_envs, h, A), and the index of the next action to pop per env, shape (n_envs,)
+# (a queue is empty when its index reaches h).
+ActionQueueState = tuple[np.ndarray, np.ndarray]
+
+
+class ChunkPolicy(BasePolicy):
+    """
+    Base class of policies that act with chunks of ``act_chunk_size`` primitive actions (spec/algorithms.md §5).
+
+    ``predict`` keeps one action queue per env in its recurrent ``state``: when an env's queue is empty it asks
+    :meth:`_predict_chunk` for a chunk, then pops one primitive action per call; ``episode_start`` clears the
+    queue. SB3's ``evaluate_policy`` and any loop that passes state and episode starts thus execute the chunks
+    open-loop with no special code. ``deterministic`` is accepted for SB3 compatibility and ignored: as in the
+    reference, acting and evaluating sample from the same stochastic policy.
+
+    :param observation_space: Observation space (a Box)
+    :param action_space: Primitive action space (a Box)
+    :param chunk_size: Length h of the chunks the algorithm trains on
+    :param action_chunking: Whether the policy outputs chunks of h actions (True) or one action at a time over
+        h-step windows (False: the ``-n`` variants, spec §4)
+    :param features_extractor_class: Features extractor (flattening by default)
+    :param features_extractor_kwargs: Keyword arguments of the features extractor
+    :param normalize_images: Whether to divide image observations by 255
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        chunk_size: int = 5,
+        action_chunking: bool = True,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            normalize_images=normalize_images,
+            squash_output=False,
+        )
+        self.chunk_size = chunk_size
+        self.action_chunking = action_chunking
+        self.primitive_action_dim = int(np.prod(action_space.shape))
+
+    @property
+    def act_chunk_size(self) -> int:
+        """Number of primitive actions per policy decision: h with action chunking, 1 for the ``-n`` variants."""
+        return self.chunk_size if self.action_chunking else 1
+
+    @property
+    def flat_action_dim(self) -> int:
+        """Dimension of the policy's output and of the critic's action input: act_chunk_size * A."""
+        return self.act_chunk_size * self.primitive_action_dim
+
+    @abstractmethod
+    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
+        """
+        Sample one flat chunk per observation, in the [-1, 1] scale.
+
+        :param observation: Preprocessed observations, shape (B, *obs_shape)
+        :return: Chunks of shape (B, act_chunk_size * A), time-major
+        """
+
+    def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        return self._predict_chunk(observation)
+
+    def predict_chunk(self, observation: np.ndarray) -> np.ndarray:
+        """
+        Sample one chunk per observation, in the env's action scale.
+
+        :param observation: One observation, or a batch of n_envs observations
+        :return: Chunks of shape (n_envs, act_chunk_size, *action_shape)
+        """
+        self.set_training_mode(False)
+        observation_tensor, _ = self.obs_to_tensor(observation)
+        with th.no_grad():
+            chunks = self._predict_chunk(observation_tensor).cpu().numpy()
+        chunks = chunks.reshape(len(chunks), self.act_chunk_size, *self.action_space.shape)
+        return self.unscale_action(chunks)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray,
+        state: ActionQueueState | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, ActionQueueState]:
+        """
+        Pop the next primitive action of each env's queue, refilling empty queues with a new chunk.
+
+        :param observation: One observation, or a batch of n_envs observations
+        :param state: The queues returned by the previous call (None: all queues empty)
+        :param episode_start: Per env, whether an episode starts at this observation (clears its queue)
+        :param deterministic: Ignored: the reference acts with the same stochastic policy at evaluation
+        :return: One primitive action per env in the env's scale, and the updated queues
+        """
+        self.set_training_mode(False)
+        observation_tensor, vectorized_env = self.obs_to_tensor(observation)
+        n_envs = observation_tensor.shape[0]
+        chunks, next_index = self._queues_for(state, n_envs)
+        if episode_start is not None:
+            next_index[np.asarray(episode_start, dtype=bool).reshape(n_envs)] = self.act_chunk_size
+        empty = next_index >= self.act_chunk_size
+        if empty.any():
+            with th.no_grad():
+                new_chunks = self._predict_chunk(observation_tensor[th.as_tensor(empty, device=self.device)])
+            chunks[empty] = new_chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
+            next_index[empty] = 0
+        scaled_actions = chunks[np.arange(n_envs), next_index]
+        next_index += 1
+        actions = self.unscale_action(scaled_actions).reshape(n_envs, *self.action_space.shape)
+        actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        if not vectorized_env:
+            actions = actions.squeeze(axis=0)
+        return actions, (chunks, next_index)
+
+    def _queues_for(self, state: ActionQueueState | None, n_envs: int) -> ActionQueueState:
+        """Copies of the given queues (so a caller's state is never modified), or n_envs empty queues."""
+        if state is None:
+            chunks = np.zeros((n_envs, self.act_chunk_size, self.primitive_action_dim), dtype=np.float32)
+            return chunks, np.full(n_envs, self.act_chunk_size, dtype=np.int64)
+        chunks, next_index = state
+        if chunks.shape != (n_envs, self.act_chunk_size, self.primitive_action_dim) or next_index.shape != (n_envs,):
+            raise ValueError(
+                f"action-queue state has chunks of shape {chunks.shape} and indices of shape {next_index.shape}, "
+                f"expected {(n_envs, self.act_chunk_size, self.primitive_action_dim)} and {(n_envs,)} for {n_envs} env(s)"
+            )
+        return chunks.copy(), next_index.copy()

@@ -1,0 +1,134 @@
+"""QC-FQL: Q-chunking with a one-step actor distilled from the flow policy (spec §3, §4); FQL and FQL-n by flags."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch as th
+from stable_baselines3.common.policies import BasePolicy
+
+from qc_sb3.common.flow_q import FlowQAlgorithm
+from qc_sb3.common.losses import distillation_loss, q_loss
+from qc_sb3.common.networks import euler_flow_actions
+from qc_sb3.qc_fql.policies import MlpPolicy, QCFQLPolicy
+
+
+class QCFQL(FlowQAlgorithm):
+    """
+    Q-chunking with flow Q-learning (Li, Zhou, Levine 2025; Park et al. 2025): the flow BC policy and chunked critic
+    of QC, plus a one-step actor trained by distillation from the flow and by maximizing Q (distill-DDPG):
+    ``L_actor = L_bc + alpha * L_distill + L_q``. The one-step actor acts and gives the TD-target action.
+
+    Variants: ``chunk_size=1`` is FQL; ``action_chunking=False`` is FQL-n.
+
+    :param policy: The policy model to use ("MlpPolicy")
+    :param env: The primitive environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: Adam learning rate
+    :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top)
+    :param learning_starts: Online env steps collected before the first update (the policy acts from step 0)
+    :param batch_size: Minibatch size of each gradient step
+    :param tau: Target network update coefficient (Polyak)
+    :param gamma: Discount factor
+    :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
+    :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param chunk_size: Chunk length h (the reference's ``horizon_length``)
+    :param action_chunking: False gives FQL-n: h-step windows, single actions
+    :param alpha: Weight of the distillation loss (reference default 100; paper per domain: scene, puzzle-3x3,
+        cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000)
+    :param flow_steps: Euler steps T of the flow sampler
+    :param n_critics: Critic ensemble size K
+    :param q_agg: Ensemble aggregation of the TD target, "mean" (reference) or "min"
+    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays
+        or :class:`~qc_sb3.common.datasets.OfflineTransitions`; never saved with the model
+    :param offline_gradient_steps: Gradient steps of the offline phase run by the first ``learn()``
+    :param offline_log_interval: Offline gradient steps between two log dumps
+    :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer
+    :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
+    :param stats_window_size: Window size for the rollout logging
+    :param tensorboard_log: The log location for tensorboard (if None, no logging)
+    :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
+    :param device: Device (cpu, cuda, ...) on which the code should be run
+    :param seed: Seed for the pseudo random generators
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    policy: QCFQLPolicy
+
+    def __init__(
+        self,
+        policy: str | type[QCFQLPolicy],
+        env: Any,
+        learning_rate: float = 3e-4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 5000,
+        batch_size: int = 256,
+        tau: float = 0.005,
+        gamma: float = 0.99,
+        train_freq: int | tuple[int, str] = 1,
+        gradient_steps: int = 1,
+        chunk_size: int = 5,
+        action_chunking: bool = True,
+        alpha: float = 100.0,
+        flow_steps: int = 10,
+        n_critics: int = 2,
+        q_agg: str = "mean",
+        offline_dataset: Any = None,
+        offline_gradient_steps: int = 1_000_000,
+        offline_log_interval: int = 1000,
+        replay_buffer_kwargs: dict[str, Any] | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        verbose: int = 0,
+        device: th.device | str = "auto",
+        seed: int | None = None,
+        _init_setup_model: bool = True,
+    ):
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            tau=tau,
+            gamma=gamma,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            chunk_size=chunk_size,
+            action_chunking=action_chunking,
+            flow_steps=flow_steps,
+            n_critics=n_critics,
+            q_agg=q_agg,
+            offline_dataset=offline_dataset,
+            offline_gradient_steps=offline_gradient_steps,
+            offline_log_interval=offline_log_interval,
+            replay_buffer_kwargs=replay_buffer_kwargs,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            seed=seed,
+        )
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        self.alpha = alpha
+        if _init_setup_model:
+            self._setup_model()
+
+    @property
+    def _optimized_modules(self) -> list[str]:
+        return [*super()._optimized_modules, "actor"]
+
+    def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
+        policy = self.policy
+        noise = th.randn(observations.shape[0], policy.flat_action_dim, device=observations.device)
+        with th.no_grad():
+            flow_actions = euler_flow_actions(policy.flow, observations, noise, self.flow_steps)
+        actor_actions = policy.actor(observations, noise)
+        # spec §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
+        distill = distillation_loss(actor_actions, flow_actions)
+        q_term = q_loss(policy.critic, observations, actor_actions)
+        return {"actor_loss": bc_flow_loss + self.alpha * distill + q_term, "distill_loss": distill, "q_loss": q_term}
