@@ -72,7 +72,9 @@ def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) ->
 def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]):
     kwargs = {"policy_kwargs": {"net_arch": config["net_arch"]}, "chunk_size": CHUNK_SIZE, "device": device, "seed": 0}
     if method == "QC":
-        model = QC("MlpPolicy", ConstantEnv(), offline_dataset=dataset, actor_num_samples=config["actor_num_samples"], **kwargs)
+        model = QC(
+            "MlpPolicy", ConstantEnv(), offline_dataset=dataset, actor_num_samples=config["actor_num_samples"], **kwargs
+        )
     else:
         model = QCFQL("MlpPolicy", ConstantEnv(), offline_dataset=dataset, **kwargs)
     model.set_logger(configure(None, []))
