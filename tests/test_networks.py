@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import pytest
@@ -41,7 +42,9 @@ def layer_norm_by_hand(x: th.Tensor, scale: th.Tensor, offset: th.Tensor) -> th.
     return (x - mean) / th.sqrt(variance + 1e-6) * scale + offset
 
 
-def mlp_by_hand(x: th.Tensor, layers: list[tuple[th.Tensor, th.Tensor]], norms: list[tuple[th.Tensor, th.Tensor]] | None):
+def mlp_by_hand(
+    x: th.Tensor, layers: list[tuple[th.Tensor, th.Tensor]], norms: list[tuple[th.Tensor, th.Tensor]] | None
+) -> th.Tensor:
     """
     Plain float64 MLP: for each hidden layer h @ W + b -> GELU -> [LayerNorm], then the last layer h @ W + b.
 
@@ -155,6 +158,29 @@ def test_critic_ensemble_is_q_of_concatenated_state_action(mode: str) -> None:
     for k in range(3):
         expected = mlp_by_hand(th.cat((observations, actions), dim=1), *member_layers(critic.net, k))
         assert_close(q[k], expected[:, 0])
+
+
+@pytest.mark.parametrize("mode", GRAD_MODES)
+def test_layer_norm_eps_is_one_in_a_million(mode: str) -> None:
+    # Tiny first-layer weights and zero biases make the hidden variance smaller than 1e-5, so the eps matters.
+    generator = th.Generator().manual_seed(13)
+    th.manual_seed(13)
+    mlp, net = MLP(4, (16,), 3, layer_norm=True), EnsembleMLP(2, 4, (16,), 3, layer_norm=True)
+    randomize_(mlp, generator)
+    randomize_(net, generator)
+    with th.no_grad():
+        mlp.linears[0].weight.mul_(1e-3)
+        mlp.linears[0].bias.zero_()
+        net.weights[0].mul_(1e-3)
+        net.biases[0].zero_()
+    x = th.randn(5, 4, generator=generator)
+    with grad_mode(mode):
+        out_mlp, out_net = mlp(x), net(x)
+    layers, norms = mlp_layers(mlp)
+    assert gelu_by_hand(x.double() @ layers[0][0].double()).var(dim=-1, unbiased=False).max() < 1e-5
+    assert_close(out_mlp, mlp_by_hand(x, layers, norms), tol=1e-4)
+    for k in range(2):
+        assert_close(out_net[k], mlp_by_hand(x, *member_layers(net, k)), tol=1e-4)
 
 
 def test_default_architectures() -> None:
@@ -278,7 +304,9 @@ def test_modules_are_initialised_like_the_reference() -> None:
 class ScriptedField(FlowVectorField):
     """A velocity field given by a Python function of (s, x, t); it records the times it is called with."""
 
-    def __init__(self, velocity, observation_dim: int = 1, action_dim: int = 1):
+    def __init__(
+        self, velocity: Callable[[th.Tensor, th.Tensor, th.Tensor], th.Tensor], observation_dim: int = 1, action_dim: int = 1
+    ):
         super().__init__(observation_dim, action_dim, hidden_dims=())
         self.velocity = velocity
         self.times: list[th.Tensor] = []
@@ -329,7 +357,9 @@ def test_euler_with_a_real_vector_field_matches_a_hand_loop(mode: str) -> None:
 # ---------------------------------------------------------------------------------------------------- best-of-N
 
 
-def brute_force_best(field, critic, observations, noise, flow_steps, q_agg):
+def brute_force_best(
+    field: FlowVectorField, critic: CriticEnsemble, observations: th.Tensor, noise: th.Tensor, flow_steps: int, q_agg: str
+) -> tuple[th.Tensor, list[int]]:
     """Integrate and score each candidate on its own, then take the argmax by hand; returns (actions, indices)."""
     chosen, indices = [], []
     for b in range(observations.shape[0]):
