@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 # The library itself needs only these; domains and tools are extras.
 # `torch` is given as a range that an installed CPU build satisfies, so pip does not pull a CUDA build over it.
 install_requires = [
-    "torch>=2.3",
+    "torch>=2.4",  # fused Adam on CPU
     "gymnasium>=1.0",
     "stable-baselines3>=2.7",  # ReplayBufferSamples.discounts, NStepReplayBuffer
     "minari[hdf5]>=0.5.4",

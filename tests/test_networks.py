@@ -305,15 +305,18 @@ class ScriptedField(FlowVectorField):
     """A velocity field given by a Python function of (s, x, t); it records the times it is called with."""
 
     def __init__(
-        self, velocity: Callable[[th.Tensor, th.Tensor, th.Tensor], th.Tensor], observation_dim: int = 1, action_dim: int = 1
+        self, velocity: Callable[[th.Tensor, th.Tensor, float], th.Tensor], observation_dim: int = 1, action_dim: int = 1
     ):
         super().__init__(observation_dim, action_dim, hidden_dims=())
-        self.velocity = velocity
-        self.times: list[th.Tensor] = []
+        self.scripted_velocity = velocity
+        self.times: list[float] = []
 
-    def forward(self, observations: th.Tensor, x: th.Tensor, t: th.Tensor) -> th.Tensor:
-        self.times.append(t.clone())
-        return self.velocity(observations, x, t)
+    def state_term(self, observations: th.Tensor) -> th.Tensor:
+        return observations
+
+    def velocity(self, state_term: th.Tensor, x: th.Tensor, t: float) -> th.Tensor:
+        self.times.append(t)
+        return self.scripted_velocity(state_term, x, t)
 
 
 def test_euler_integrates_a_time_dependent_field_by_hand() -> None:
@@ -324,7 +327,7 @@ def test_euler_integrates_a_time_dependent_field_by_hand() -> None:
     # Row 0 passes 1.2 after the first step and comes back to 0.8: no clip on the way (clipping there gives 0.6).
     # Row 2 ends at 1.4 and is clipped once, at the end.
     assert th.allclose(actions, th.tensor([[0.8], [-0.1], [1.0]]), atol=1e-6)
-    assert [t[:, 0].tolist() for t in field.times] == [[0.0] * 3, [0.5] * 3]
+    assert field.times == [0.0, 0.5]
 
 
 def test_euler_feeds_back_the_current_point() -> None:
@@ -333,7 +336,20 @@ def test_euler_feeds_back_the_current_point() -> None:
     noise = th.tensor([[0.5, -0.8]])
     actions = euler_flow_actions(field, th.zeros(1, 1), noise, flow_steps=4)
     assert th.allclose(actions, th.tensor([[0.5 * 0.75**4, -0.8 * 0.75**4]]), atol=1e-7)
-    assert [round(t.item(), 6) for t in field.times] == [0.0, 0.25, 0.5, 0.75]
+    assert field.times == [0.0, 0.25, 0.5, 0.75]
+
+
+@pytest.mark.parametrize("mode", GRAD_MODES)
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0])
+def test_velocity_from_state_term_equals_forward_on_the_concatenation(mode: str, t: float) -> None:
+    generator = th.Generator().manual_seed(9)
+    field = FlowVectorField(3, 4, hidden_dims=(8, 8))
+    randomize_(field, generator, std=1.0)
+    observations, x = th.randn(6, 3, generator=generator), th.randn(6, 4, generator=generator)
+    with grad_mode(mode):
+        split = field.velocity(field.state_term(observations), x, t)
+        whole = field(observations, x, th.full((6, 1), t))
+    assert_close(split, whole, tol=1e-5)
 
 
 @pytest.mark.parametrize("mode", GRAD_MODES)

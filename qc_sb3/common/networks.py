@@ -12,6 +12,7 @@ from torch import nn
 _GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 _GELU_CUBIC = _GELU_SCALE * 0.044715
 _LAYER_NORM_EPS = 1e-6  # spec §2: LayerNorm(eps 1e-6)
+_HAS_FUSED_LINEAR_GELU = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
 
 
 def _gelu_tanh(x: th.Tensor, out: th.Tensor | None = None) -> th.Tensor:
@@ -30,6 +31,17 @@ def _gelu_tanh(x: th.Tensor, out: th.Tensor | None = None) -> th.Tensor:
     # spec §2: gelu = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (2 sqrt(2/pi) + 2 sqrt(2/pi) 0.044715 x^2)
     th.addcmul(x.new_tensor(_GELU_SCALE), x, x, value=_GELU_CUBIC, out=out)
     return out.mul_(x).sigmoid_().mul_(x)
+
+
+def _fuses_linear_gelu(h: th.Tensor) -> bool:
+    """
+    Whether a no-grad Linear -> GELU(tanh) on ``h`` runs as one oneDNN call (its matmul with a fused GELU post-op,
+    about 15% faster on CPU than the matmul and a separate GELU; same values to float32 rounding).
+
+    :param h: The layer's input
+    :return: True for float32 CPU tensors with autograd off, when PyTorch ships the oneDNN op
+    """
+    return _HAS_FUSED_LINEAR_GELU and not th.is_grad_enabled() and h.device.type == "cpu" and h.dtype == th.float32
 
 
 def _layer_norm(h: th.Tensor, scale: th.Tensor, offset: th.Tensor, in_place: bool) -> th.Tensor:
@@ -139,16 +151,59 @@ class MLP(nn.Module):
         :return: Outputs of shape ``(..., output_dim)``
         """
         h = x.reshape(-1, x.shape[-1])
+        first = self.linears[0]
+        if len(self.linears) > 1 and self.norms is None and _fuses_linear_gelu(h):
+            # First hidden layer and its GELU as one oneDNN call (spec §2: Linear -> GELU(tanh)).
+            h = th.ops.mkldnn._linear_pointwise(h, first.weight, first.bias, "gelu", [], "tanh")
+            out = self._hidden_layers_from(1, h)
+        else:
+            out = self.forward_from_first_layer(th.addmm(first.bias, h, first.weight.T))  # spec §2: Linear
+        return out.view(*x.shape[:-1], self.linears[-1].out_features)
+
+    def forward_from_first_layer(self, pre: th.Tensor) -> th.Tensor:
+        """
+        Finish the forward pass from the first Linear layer's output (a caller may compute that layer its own way,
+        as the Euler sampler does to reuse the observation's share of it across steps).
+
+        :param pre: Output of the first Linear layer, shape ``(M, hidden_dims[0])`` (or ``(M, output_dim)``)
+        :return: Outputs of shape ``(M, output_dim)``
+        """
+        if len(self.linears) == 1:
+            return pre
+        rows = pre.shape[0]
+        post_block = None if th.is_grad_enabled() else self._scratch.take(pre, rows * self._max_hidden_dim)[1]
+        h = _gelu_tanh(pre, out=_region(post_block, tuple(pre.shape)))  # spec §2: -> GELU(tanh)
+        if self.norms is not None:  # spec §2: -> LayerNorm(eps 1e-6)
+            h = _layer_norm(h, self.norms[0].weight, self.norms[0].bias, in_place=post_block is not None)
+        return self._hidden_layers_from(1, h)
+
+    def _hidden_layers_from(self, index: int, h: th.Tensor) -> th.Tensor:
+        """
+        Apply Linear layers ``index`` .. last to the activations ``h`` of the hidden layer before them.
+
+        :param index: Index of the first Linear layer to apply (>= 1)
+        :param h: Activations of hidden layer ``index - 1``, shape ``(M, hidden_dims[index - 1])``
+        :return: Outputs of shape ``(M, output_dim)``
+        """
         rows = h.shape[0]
-        pre_block, post_block = (None, None) if th.is_grad_enabled() else self._scratch.take(h, rows * self._max_hidden_dim)
-        for i, linear in enumerate(self.linears[:-1]):
+        fused = self.norms is None and _fuses_linear_gelu(h)
+        if fused or th.is_grad_enabled():
+            pre_block = post_block = None
+        else:
+            # The input may live in the post-activation block: each layer reads it before its GELU overwrites it.
+            pre_block, post_block = self._scratch.take(h, rows * self._max_hidden_dim)
+        for i in range(index, len(self.linears) - 1):
+            linear = self.linears[i]
+            if fused:
+                h = th.ops.mkldnn._linear_pointwise(h, linear.weight, linear.bias, "gelu", [], "tanh")  # spec §2
+                continue
             shape = (rows, linear.out_features)
             pre = th.addmm(linear.bias, h, linear.weight.T, out=_region(pre_block, shape))  # spec §2: Linear
             h = _gelu_tanh(pre, out=_region(post_block, shape))  # spec §2: -> GELU(tanh)
             if self.norms is not None:  # spec §2: -> LayerNorm(eps 1e-6)
                 h = _layer_norm(h, self.norms[i].weight, self.norms[i].bias, in_place=post_block is not None)
         last = self.linears[-1]
-        return th.addmm(last.bias, h, last.weight.T).view(*x.shape[:-1], last.out_features)  # spec §2: last layer linear
+        return th.addmm(last.bias, h, last.weight.T)  # spec §2: last layer linear
 
 
 class EnsembleMLP(nn.Module):
@@ -268,6 +323,34 @@ class FlowVectorField(nn.Module):
         """
         return self.mlp(th.cat((observations, x, t), dim=-1))  # spec §2: f(concat[s, x, t])
 
+    def state_term(self, observations: th.Tensor) -> th.Tensor:
+        """
+        The observations' share of the first layer, ``s W_s^T + b``, which an ODE solver computes once for all its
+        steps: ``concat[s, x, t] W^T + b = (s W_s^T + b) + x W_x^T + t w_t``.
+
+        :param observations: Observations of shape ``(M, observation_dim)``
+        :return: Shape ``(M, first layer width)``
+        """
+        first = self.mlp.linears[0]
+        return th.addmm(first.bias, observations, first.weight[:, : self.observation_dim].T)
+
+    def velocity(self, state_term: th.Tensor, x: th.Tensor, t: float) -> th.Tensor:
+        """
+        f(s, x, t) from the observations' :meth:`state_term`, at one time t shared by all rows: the same values as
+        :meth:`forward` with a smaller first matmul and no concatenation.
+
+        :param state_term: ``self.state_term(observations)``, shape ``(M, first layer width)``
+        :param x: Current flow points of shape ``(M, action_dim)``
+        :param t: Time in [0, 1]
+        :return: Velocities of shape ``(M, action_dim)``
+        """
+        weight = self.mlp.linears[0].weight
+        action_weight, time_weight = weight[:, self.observation_dim : -1], weight[:, -1]
+        pre = th.addmm(state_term, x, action_weight.T)  # spec §2: concat[s, x, t] W^T + b, split by input
+        if t != 0.0:
+            pre = pre.add_(time_weight, alpha=t)
+        return self.mlp.forward_from_first_layer(pre)
+
 
 class OneStepActor(nn.Module):
     """
@@ -308,10 +391,11 @@ def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, n
     :param flow_steps: Number of Euler steps T
     :return: Actions of shape ``(M, action_dim)``
     """
+    state_term = vector_field.state_term(observations)  # once for all T steps
     actions = noise
     for i in range(flow_steps):
-        t = th.full((noise.shape[0], 1), i / flow_steps, dtype=noise.dtype, device=noise.device)  # spec §3: t = i / T
-        actions = actions + vector_field(observations, actions, t) / flow_steps  # spec §3: a <- a + f(s, a, t) / T
+        velocity = vector_field.velocity(state_term, actions, i / flow_steps)  # spec §3: t = i / T
+        actions = actions + velocity / flow_steps  # spec §3: a <- a + f(s, a, t) / T
     return actions.clamp(-1.0, 1.0)  # spec §3: clip once, at the end
 
 
