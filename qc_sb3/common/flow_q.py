@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections import defaultdict
 from typing import Any
 
 import torch as th
@@ -234,7 +233,8 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         self.policy.set_training_mode(True)
         optimizers = self.policy.optimizers
         self._update_learning_rate(optimizers)
-        sums: dict[str, float] = defaultdict(float)
+        # Summed on the device and read once per call: a host sync per loss and step would stall a GPU.
+        sums: dict[str, th.Tensor] = {}
         for _ in range(gradient_steps):
             batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
             losses = self._losses(batch)
@@ -246,11 +246,12 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
             for optimizer in optimizers:
                 optimizer.step()
             for name, value in losses.items():
-                sums[name] += value.item()
+                sums[name] = sums[name] + value.detach() if name in sums else value.detach()
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        for name, total in sums.items():
-            self.logger.record(f"train/{name}", total / gradient_steps)
+        means = (th.stack(list(sums.values())) / gradient_steps).tolist()
+        for name, mean in zip(sums, means, strict=True):
+            self.logger.record(f"train/{name}", mean)
 
     def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
         """Every loss and statistic of one gradient step; ``critic_loss`` and ``actor_loss`` are optimized."""
