@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, TypeVar
 
 import numpy as np
@@ -246,6 +247,9 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
 
 def _progress_bar(total: int) -> Any:
     """A rich tqdm bar over offline gradient steps (tqdm and rich are imported only when asked for)."""
+    from tqdm import TqdmExperimentalWarning
     from tqdm.rich import tqdm
 
-    return tqdm(total=total, desc="offline gradient steps")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmExperimentalWarning)  # as SB3's ProgressBarCallback does
+        return tqdm(total=total, desc="offline gradient steps")
