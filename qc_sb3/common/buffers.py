@@ -161,32 +161,20 @@ class ChunkReplayBuffer(ReplayBuffer):
         :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last
             step of the data must be one
         """
-        arrays = self._validated_offline_arrays(observations, actions, rewards, next_observations, terminated, episode_end)
-        self.offline_observations = np.concatenate([self.offline_observations, arrays["observations"]])
-        self.offline_next_observations = np.concatenate([self.offline_next_observations, arrays["next_observations"]])
-        self.offline_actions = np.concatenate([self.offline_actions, arrays["actions"]])
-        self.offline_rewards = np.concatenate([self.offline_rewards, arrays["rewards"]])
-        self.offline_terminated = np.concatenate([self.offline_terminated, arrays["terminated"]])
-        self.offline_episode_end = np.concatenate([self.offline_episode_end, arrays["episode_end"]])
-
-    def _validated_offline_arrays(
-        self,
-        observations: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_observations: np.ndarray,
-        terminated: np.ndarray,
-        episode_end: np.ndarray,
-    ) -> dict[str, np.ndarray]:
-        """Check shapes, values and episode structure of an offline dataset; return storage-typed copies."""
         given = {
-            "observations": np.asarray(observations),
-            "actions": np.asarray(actions),
-            "rewards": np.asarray(rewards),
-            "next_observations": np.asarray(next_observations),
-            "terminated": np.asarray(terminated),
-            "episode_end": np.asarray(episode_end),
+            "observations": observations,
+            "actions": actions,
+            "rewards": rewards,
+            "next_observations": next_observations,
+            "terminated": terminated,
+            "episode_end": episode_end,
         }
+        for name, array in self._validated_offline_arrays(given).items():
+            setattr(self, f"offline_{name}", np.concatenate([getattr(self, f"offline_{name}"), array]))
+
+    def _validated_offline_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Check shapes, values and episode structure of an offline dataset; return storage-typed copies."""
+        given = {name: np.asarray(array) for name, array in arrays.items()}
         n_steps = len(given["rewards"]) if given["rewards"].ndim > 0 else 0
         if n_steps == 0:
             raise ValueError("add_offline needs at least one step, got empty rewards")
