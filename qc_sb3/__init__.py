@@ -5,12 +5,14 @@ from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 from qc_sb3.common.wrappers import ChunkedActionWrapper
 from qc_sb3.qc import QC
 from qc_sb3.qc_fql import QCFQL
+from qc_sb3.rlpd import RLPD
 
 __version__ = "0.1.0"
 
 __all__ = [
     "QC",
     "QCFQL",
+    "RLPD",
     "ChunkDiscountReplayBuffer",
     "ChunkReplayBuffer",
     "ChunkReplayBufferSamples",

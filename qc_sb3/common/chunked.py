@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from abc import abstractmethod
 from typing import Any, TypeVar
 
 import numpy as np
@@ -13,9 +14,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import configure_logger
+from stable_baselines3.common.utils import configure_logger, polyak_update
 
-from qc_sb3.common.buffers import ChunkReplayBuffer
+from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import (
     OfflineTransitions,
     add_transitions_to_buffer,
@@ -40,8 +41,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
       online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
       cleared when its episode ends.
 
+    * Update (spec §3): one gradient step computes every loss of :meth:`_losses` with the same pre-step
+      parameters, backpropagates :meth:`_optimized_loss` once, moves the target critic by Polyak averaging of the
+      critic's pre-step weights (the reference's order), then steps every optimizer. The policy provides
+      ``critic``, ``critic_target`` and ``optimizers``.
+
     The env is the ordinary primitive env: chunking lives in the algorithm (design.md). Subclasses implement
-    ``train()`` and call ``_setup_model()`` at the end of their ``__init__``.
+    ``_losses`` and ``_optimized_loss`` and call ``_setup_model()`` at the end of their ``__init__``.
 
     :param policy: The policy model to use
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
@@ -193,6 +199,49 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         if progress is not None:
             progress.close()
         return self
+
+    def train(self, gradient_steps: int, batch_size: int = 256) -> None:
+        policy: Any = self.policy
+        policy.set_training_mode(True)
+        optimizers = policy.optimizers
+        self._update_learning_rate(optimizers)
+        # Summed on the device and read once per call: a host sync per loss and step would stall a GPU.
+        sums: dict[str, th.Tensor] = {}
+        for _ in range(gradient_steps):
+            batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            losses = self._losses(batch)
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            self._optimized_loss(losses).backward()
+            # spec §3: target update from the critic's weights before this step, as the reference does.
+            polyak_update(policy.critic.parameters(), policy.critic_target.parameters(), self.tau)
+            for optimizer in optimizers:
+                optimizer.step()
+            for name, value in losses.items():
+                sums[name] = sums[name] + value.detach() if name in sums else value.detach()
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        means = (th.stack(list(sums.values())) / gradient_steps).tolist()
+        for name, mean in zip(sums, means, strict=True):
+            self.logger.record(f"train/{name}", mean)
+
+    @abstractmethod
+    def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
+        """
+        Every loss and statistic of one gradient step (all logged as ``train/<name>``, averaged over the call).
+
+        :param batch: A batch of chunk windows
+        :return: Named scalar tensors
+        """
+
+    @abstractmethod
+    def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
+        """
+        The scalar to backpropagate, from the losses of :meth:`_losses`.
+
+        :param losses: The output of :meth:`_losses`
+        :return: A scalar tensor
+        """
 
     def _setup_learn(
         self,

@@ -1,0 +1,181 @@
+"""RLPDPolicy: a SAC squashed-Gaussian actor over chunks, a LayerNorm critic ensemble and a learned temperature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
+from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.sac.policies import Actor
+from torch import nn
+
+from qc_sb3.common.flow_q import actor_and_critic_hidden_dims
+from qc_sb3.common.policies import ChunkPolicy, default_optimizer_kwargs
+from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
+
+
+class Temperature(nn.Module):
+    """
+    The learned SAC temperature alpha, stored as ``log alpha``.
+
+    :param initial_value: Initial alpha (the reference's 1.0)
+    """
+
+    def __init__(self, initial_value: float = 1.0):
+        super().__init__()
+        if initial_value <= 0:
+            raise ValueError(f"the initial temperature must be > 0, got {initial_value}")
+        self.log_ent_coef = nn.Parameter(th.tensor(float(np.log(initial_value))))
+
+    def forward(self) -> th.Tensor:
+        """:return: alpha = exp(log alpha), a scalar tensor"""
+        return self.log_ent_coef.exp()
+
+
+class RLPDPolicy(ChunkPolicy):
+    """
+    Networks of RLPD, RLPD-AC and QC-RLPD (spec §4): SB3's SAC actor (a state-dependent squashed Gaussian, log-std
+    clipped to [-20, 2]) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K members over
+    ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
+    own Adam optimizer, which is the reference's single Adam over all parameters, since Adam is per parameter.
+
+    :param observation_space: Observation space
+    :param action_space: Primitive action space
+    :param lr_schedule: Learning rate schedule
+    :param net_arch: Hidden layers, one list for actor and critic or ``dict(pi=[...], qf=[...])`` (default 4 x 512)
+    :param chunk_size: Chunk length h (1: RLPD)
+    :param action_chunking: Must be True (the RLPD family has no ``-n`` variant)
+    :param n_critics: Ensemble size K
+    :param initial_ent_coef: Initial temperature alpha
+    :param activation_fn: Activation of the actor's hidden layers (SB3's SAC default, ReLU)
+    :param features_extractor_class: Features extractor (flattening by default)
+    :param features_extractor_kwargs: Keyword arguments of the features extractor
+    :param normalize_images: Whether to divide image observations by 255
+    :param optimizer_class: Optimizer class (Adam)
+    :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, with its fused implementation)
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        chunk_size: int = 1,
+        action_chunking: bool = True,
+        n_critics: int = 10,
+        initial_ent_coef: float = 1.0,
+        activation_fn: type[nn.Module] = nn.ReLU,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        if not action_chunking:
+            raise ValueError("the RLPD family acts with whole chunks: action_chunking must be True, got False")
+        super().__init__(
+            observation_space,
+            action_space,
+            chunk_size=chunk_size,
+            action_chunking=action_chunking,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            normalize_images=normalize_images,
+        )
+        self.net_arch = net_arch
+        self.n_critics = n_critics
+        self.initial_ent_coef = initial_ent_coef
+        self.activation_fn = activation_fn
+        self.optimizer_class = optimizer_class
+        self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
+        self.actor_hidden_dims, self.critic_hidden_dims = actor_and_critic_hidden_dims(net_arch)
+
+        self.features_extractor = self.make_features_extractor()
+        features_dim = self.features_extractor.features_dim
+        # spec §4: the actor's action space is the flat chunk in [-1, 1]^(h * A).
+        self.chunk_space = spaces.Box(-1.0, 1.0, (self.flat_action_dim,), np.float32)
+        self.actor = Actor(
+            observation_space,
+            self.chunk_space,
+            net_arch=self.actor_hidden_dims,
+            features_extractor=self.features_extractor,
+            features_dim=features_dim,
+            activation_fn=activation_fn,
+            normalize_images=normalize_images,
+        )
+        self.critic = LayerNormReLUCriticEnsemble(features_dim, self.flat_action_dim, self.critic_hidden_dims, n_critics)
+        self.critic_target = LayerNormReLUCriticEnsemble(
+            features_dim, self.flat_action_dim, self.critic_hidden_dims, n_critics
+        )
+        # spec §4: the target critic starts as an exact copy and moves only by Polyak averaging.
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.temperature = Temperature(initial_ent_coef)
+        self.actor.optimizer = self._make_optimizer(self.actor, lr_schedule)
+        self.critic.optimizer = self._make_optimizer(self.critic, lr_schedule)
+        self.temperature.optimizer = self._make_optimizer(self.temperature, lr_schedule)
+
+    def _make_optimizer(self, module: nn.Module, lr_schedule: Schedule) -> th.optim.Optimizer:
+        return self.optimizer_class(module.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    @property
+    def optimizers(self) -> list[th.optim.Optimizer]:
+        """Every optimizer of the policy, stepped together after one backward pass."""
+        return [self.actor.optimizer, self.critic.optimizer, self.temperature.optimizer]
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            net_arch=self.net_arch,
+            chunk_size=self.chunk_size,
+            action_chunking=self.action_chunking,
+            n_critics=self.n_critics,
+            initial_ent_coef=self.initial_ent_coef,
+            activation_fn=self.activation_fn,
+            features_extractor_class=self.features_extractor_class,
+            features_extractor_kwargs=self.features_extractor_kwargs,
+            optimizer_class=self.optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+        )
+        return data
+
+    def features(self, observations: th.Tensor) -> th.Tensor:
+        """Preprocessed, flattened observations, the networks' state input."""
+        return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
+
+    def action_distribution(self, observations: th.Tensor) -> SquashedDiagGaussianDistribution:
+        """
+        The actor's squashed Gaussian pi(.|s) over flat chunks (SB3's SAC actor, log-std clipped to [-20, 2]).
+
+        :param observations: Preprocessed observations, shape (B, *obs_shape)
+        :return: The distribution (SB3's, with a tanh-corrected ``log_prob``)
+        """
+        mean_actions, log_std, _ = self.actor.get_action_dist_params(observations)  # spec §4
+        return self.actor.action_dist.proba_distribution(mean_actions, log_std)  # type: ignore[return-value]
+
+    def sample_actions(self, observations: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """
+        Reparameterized samples ``a = tanh(mu + std * eps)``, ``eps ~ N(0, I)``, and their log-probabilities.
+
+        :param observations: Preprocessed observations, shape (B, *obs_shape)
+        :return: Flat chunks in [-1, 1] of shape (B, flat_action_dim), and log pi(a|s) of shape (B,)
+        """
+        distribution = self.action_distribution(observations)
+        actions = distribution.sample()
+        return actions, distribution.log_prob(actions, distribution.gaussian_actions)
+
+    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
+        return self.sample_actions(observation)[0]
+
+    def set_training_mode(self, mode: bool) -> None:
+        self.actor.set_training_mode(mode)
+        self.critic.train(mode)
+        self.training = mode
+
+
+MlpPolicy = RLPDPolicy
