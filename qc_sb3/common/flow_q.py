@@ -129,23 +129,15 @@ class FlowQPolicy(ChunkPolicy):
         data = super()._get_constructor_parameters()
         data.update(
             net_arch=self.net_arch,
-            chunk_size=self.chunk_size,
-            action_chunking=self.action_chunking,
             flow_steps=self.flow_steps,
             n_critics=self.n_critics,
             q_agg=self.q_agg,
             critic_layer_norm=self.critic_layer_norm,
             actor_layer_norm=self.actor_layer_norm,
-            features_extractor_class=self.features_extractor_class,
-            features_extractor_kwargs=self.features_extractor_kwargs,
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
         )
         return data
-
-    def features(self, observations: th.Tensor) -> th.Tensor:
-        """Preprocessed, flattened observations, the networks' state input."""
-        return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
 
     def flat_actions(self, actions: th.Tensor) -> th.Tensor:
         """

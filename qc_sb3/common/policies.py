@@ -85,6 +85,20 @@ class ChunkPolicy(BasePolicy):
         """Dimension of the policy's output and of the critic's action input: act_chunk_size * A."""
         return self.act_chunk_size * self.primitive_action_dim
 
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            chunk_size=self.chunk_size,
+            action_chunking=self.action_chunking,
+            features_extractor_class=self.features_extractor_class,
+            features_extractor_kwargs=self.features_extractor_kwargs,
+        )
+        return data
+
+    def features(self, observations: th.Tensor) -> th.Tensor:
+        """Preprocessed, flattened observations, the networks' state input."""
+        return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
+
     @abstractmethod
     def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
         """

@@ -132,21 +132,13 @@ class RLPDPolicy(ChunkPolicy):
         data = super()._get_constructor_parameters()
         data.update(
             net_arch=self.net_arch,
-            chunk_size=self.chunk_size,
-            action_chunking=self.action_chunking,
             n_critics=self.n_critics,
             initial_ent_coef=self.initial_ent_coef,
             activation_fn=self.activation_fn,
-            features_extractor_class=self.features_extractor_class,
-            features_extractor_kwargs=self.features_extractor_kwargs,
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
         )
         return data
-
-    def features(self, observations: th.Tensor) -> th.Tensor:
-        """Preprocessed, flattened observations, the networks' state input."""
-        return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
 
     def action_distribution(self, observations: th.Tensor) -> SquashedDiagGaussianDistribution:
         """
