@@ -436,3 +436,16 @@ def test_online_queue_is_cleared_when_an_episode_ends():
     model.policy._predict_chunk = lambda observation: calls.append(len(observation)) or predict_chunk(observation)
     model.learn(total_timesteps=2 * EPISODE_LENGTH)
     assert sum(calls) == 6, "two episodes of three chunks each"
+
+
+@pytest.mark.parametrize("cls", [QC, QCFQL])
+def test_policy_alone_saves_and_loads(cls, tmp_path):
+    model = make_model(cls)
+    model.policy.save(tmp_path / "policy.pth")
+    policy = type(model.policy).load(tmp_path / "policy.pth")
+    assert (policy.chunk_size, policy.flow_steps, policy.n_critics) == (3, 3, model.n_critics)
+    observations = np.ones((2, OBS_DIM), np.float32)
+    th.manual_seed(4)
+    expected = model.policy.predict_chunk(observations)
+    th.manual_seed(4)
+    np.testing.assert_array_equal(policy.predict_chunk(observations), expected)

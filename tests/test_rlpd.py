@@ -414,3 +414,15 @@ def test_tensorboard_and_callbacks(tmp_path):
     model.learn(total_timesteps=20, callback=callback)
     assert callback.calls == 20
     assert list(tmp_path.glob("run_*/events.out.tfevents.*")), "tensorboard events should be written"
+
+
+def test_policy_alone_saves_and_loads(tmp_path):
+    model = make_model()
+    model.policy.save(tmp_path / "policy.pth")
+    policy = type(model.policy).load(tmp_path / "policy.pth")
+    assert (policy.chunk_size, policy.n_critics) == (3, 3)
+    observations = np.ones((2, OBS_DIM), np.float32)
+    th.manual_seed(4)
+    expected = model.policy.predict_chunk(observations)
+    th.manual_seed(4)
+    np.testing.assert_array_equal(policy.predict_chunk(observations), expected)

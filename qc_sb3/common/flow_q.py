@@ -128,6 +128,7 @@ class FlowQPolicy(ChunkPolicy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(
+            lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
             net_arch=self.net_arch,
             flow_steps=self.flow_steps,
             n_critics=self.n_critics,

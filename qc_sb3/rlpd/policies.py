@@ -131,6 +131,7 @@ class RLPDPolicy(ChunkPolicy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(
+            lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
             net_arch=self.net_arch,
             n_critics=self.n_critics,
             initial_ent_coef=self.initial_ent_coef,
