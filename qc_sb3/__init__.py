@@ -1,6 +1,7 @@
 """qc_sb3: Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3."""
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
+from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 from qc_sb3.common.wrappers import ChunkedActionWrapper
 from qc_sb3.qc import QC
@@ -17,5 +18,6 @@ __all__ = [
     "ChunkReplayBuffer",
     "ChunkReplayBufferSamples",
     "ChunkedActionWrapper",
+    "OfflineShards",
     "__version__",
 ]

@@ -172,6 +172,12 @@ class ChunkReplayBuffer(ReplayBuffer):
         for name, array in self._validated_offline_arrays(given).items():
             setattr(self, f"offline_{name}", np.concatenate([getattr(self, f"offline_{name}"), array]))
 
+    def clear_offline(self) -> None:
+        """Empty the offline segment (the online ring is untouched), e.g. to load the next shard of a dataset."""
+        for name in ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end"):
+            array = getattr(self, f"offline_{name}")
+            setattr(self, f"offline_{name}", np.zeros((0, *array.shape[1:]), dtype=array.dtype))
+
     def _validated_offline_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check shapes, values and episode structure of an offline dataset; return storage-typed copies."""
         given = {name: np.asarray(array) for name, array in arrays.items()}

@@ -18,10 +18,12 @@ from stable_baselines3.common.utils import configure_logger, polyak_update
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import (
+    OfflineShards,
     OfflineTransitions,
     add_transitions_to_buffer,
     check_transitions_match_spaces,
     load_offline_transitions,
+    with_sparse_rewards,
 )
 from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
 
@@ -36,7 +38,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
 
     * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run once by the first
       ``learn()`` before its first env step (or explicitly with :meth:`pretrain`). Gradient steps never count as
-      env steps; progress is kept in ``offline_steps_done``.
+      env steps; progress is kept in ``offline_steps_done``. A dataset given as
+      :class:`~qc_sb3.common.datasets.OfflineShards` is rotated through, one shard in the buffer at a time.
     * Online phase (spec §5): the policy acts from the first env step; updates start after ``learning_starts``
       online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
       cleared when its episode ends.
@@ -61,10 +64,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (spec §4)
-    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays
-        or :class:`~qc_sb3.common.datasets.OfflineTransitions`; never saved with the model
+    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
+        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        never saved with the model
     :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
     :param offline_log_interval: Offline gradient steps between two log dumps
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+        ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
     :param policy_kwargs: Additional arguments to be passed to the policy on creation
     :param stats_window_size: Window size for the rollout logging
@@ -95,6 +101,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         offline_dataset: Any = None,
         offline_gradient_steps: int = 1_000_000,
         offline_log_interval: int = 1000,
+        offline_sparse_rewards: bool = False,
         replay_buffer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -136,7 +143,10 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self.offline_dataset = offline_dataset
         self.offline_gradient_steps = offline_gradient_steps
         self.offline_log_interval = offline_log_interval
+        self.offline_sparse_rewards = offline_sparse_rewards
         self.offline_steps_done = 0
+        # The shard of an OfflineShards dataset that the buffer's offline segment holds.
+        self.offline_shard_index = 0
         self._action_queue: ActionQueueState | None = None
         # Validated and loaded in _setup_model, before any network is built
         self._offline_transitions: OfflineTransitions | None = None
@@ -144,14 +154,45 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     def _setup_model(self) -> None:
         if self.offline_dataset is not None:
             # Refuse a dataset that does not fit the env before building or training anything.
-            self._offline_transitions = load_offline_transitions(self.offline_dataset)
-            check_transitions_match_spaces(self._offline_transitions, self.observation_space, self.action_space)  # type: ignore[arg-type]
+            self._offline_transitions = self._load_offline_data(self.offline_shard_index)
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
         self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
         super()._setup_model()
         if self._offline_transitions is not None:
             add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
             self._offline_transitions = None
+
+    def _load_offline_data(self, shard_index: int) -> OfflineTransitions:
+        """
+        Load the offline dataset (or its shard ``shard_index``), check it against the env's spaces and apply the
+        sparse reward if asked.
+
+        :param shard_index: The shard to load when ``offline_dataset`` is an ``OfflineShards``; ignored otherwise
+        :return: The transitions, actions in the env's scale
+        """
+        source = self.offline_dataset
+        if isinstance(source, OfflineShards):
+            source = source.sources[shard_index]
+        data = load_offline_transitions(source)
+        check_transitions_match_spaces(data, self.observation_space, self.action_space)  # type: ignore[arg-type]
+        return with_sparse_rewards(data) if self.offline_sparse_rewards else data
+
+    def _use_shard_of_step(self, gradient_step: int) -> None:
+        """
+        Swap the buffer's offline segment to the shard that offline gradient step ``gradient_step`` trains on,
+        if that is not the one it holds (spec §5, OfflineShards).
+
+        :param gradient_step: The next offline gradient step, 1-based
+        """
+        if not isinstance(self.offline_dataset, OfflineShards):
+            return
+        shard_index = self.offline_dataset.shard_index(gradient_step)
+        if shard_index == self.offline_shard_index:
+            return
+        # Empty the segment before loading the next shard, so that only one shard is held in the buffer.
+        self.replay_buffer.clear_offline()
+        add_transitions_to_buffer(self.replay_buffer, self._load_offline_data(shard_index), self.action_space)  # type: ignore[arg-type]
+        self.offline_shard_index = shard_index
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "offline_dataset", "_offline_transitions", "_action_queue"]
@@ -169,7 +210,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     ) -> SelfChunkedOffPolicyAlgorithm:
         """
         Run (part of) the offline phase: gradient steps on the offline data, logging ``train/*`` every
-        ``offline_log_interval`` steps with the offline step count as x-axis.
+        ``offline_log_interval`` steps (and at shard swaps) with the offline step count as x-axis.
 
         :param gradient_steps: Number of gradient steps to run (default: what remains of ``offline_gradient_steps``)
         :param progress_bar: Display a progress bar over the gradient steps (tqdm and rich)
@@ -188,7 +229,11 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             self._logger = configure_logger(self.verbose, self.tensorboard_log, tb_log_name, reset_num_timesteps=True)
         progress = _progress_bar(n_steps) if progress_bar else None
         while n_steps > 0:
+            next_step = self.offline_steps_done + 1
+            self._use_shard_of_step(next_step)
             block = min(self.offline_log_interval, n_steps)
+            if isinstance(self.offline_dataset, OfflineShards):
+                block = min(block, self.offline_dataset.steps_on_same_shard(next_step))
             self.train(gradient_steps=block, batch_size=self.batch_size)
             self.offline_steps_done += block
             n_steps -= block

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -97,6 +97,76 @@ class OfflineTransitions:
         return len(self.rewards)
 
 
+OfflineSource = str | os.PathLike | minari.MinariDataset | Mapping[str, np.ndarray] | OfflineTransitions
+
+
+@dataclass(frozen=True)
+class OfflineShards:
+    """
+    An offline dataset split into shards, of which the offline phase holds one in memory at a time (spec §5: the
+    reference's ``--ogbench_dataset_dir`` with ``dataset_replace_interval``, e.g. OGBench's 100M-transition
+    cube-quadruple set as 100 shards of 1M).
+
+    Offline gradient step ``s`` (counted from 1) trains on shard ``(s // swap_interval) % len(sources)``: the
+    reference moves to the next shard, cyclically, before every step that is a multiple of ``swap_interval``.
+    The shard in memory when the offline phase ends stays in the replay buffer for the online phase.
+
+    :param sources: The shards in order, each anything :func:`load_offline_transitions` reads (typically Minari
+        dataset ids)
+    :param swap_interval: Offline gradient steps between two shard swaps (the reference's 1000)
+    """
+
+    sources: Sequence[OfflineSource]
+    swap_interval: int = 1000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sources, str | os.PathLike | Mapping) or not isinstance(self.sources, Sequence):
+            raise TypeError(f"OfflineShards.sources must be a sequence of datasets, got {type(self.sources).__name__}")
+        if len(self.sources) == 0:
+            raise ValueError("OfflineShards needs at least one shard, got an empty sequence")
+        if isinstance(self.swap_interval, bool) or not isinstance(self.swap_interval, int) or self.swap_interval < 1:
+            raise ValueError(f"OfflineShards.swap_interval must be an integer >= 1, got {self.swap_interval!r}")
+        object.__setattr__(self, "sources", tuple(self.sources))
+
+    def shard_index(self, gradient_step: int) -> int:
+        """
+        The shard that offline gradient step ``gradient_step`` (counted from 1) trains on.
+
+        :param gradient_step: The step, 1-based
+        :return: An index into ``sources``
+        """
+        return (gradient_step // self.swap_interval) % len(self.sources)
+
+    def steps_on_same_shard(self, gradient_step: int) -> int:
+        """
+        Number of offline gradient steps from ``gradient_step`` (1-based, included) before the next swap.
+
+        :param gradient_step: The step, 1-based
+        :return: At least 1
+        """
+        return (gradient_step // self.swap_interval + 1) * self.swap_interval - gradient_step
+
+
+def sparse_rewards(rewards: np.ndarray) -> np.ndarray:
+    """
+    The sparse reward of spec §6 (scene and puzzle in the paper): r <- -1 * [r != 0].
+
+    :param rewards: Rewards of any shape
+    :return: -1.0 where a reward is non-zero, 0.0 elsewhere (float64)
+    """
+    return -(np.asarray(rewards) != 0).astype(np.float64)
+
+
+def with_sparse_rewards(data: OfflineTransitions) -> OfflineTransitions:
+    """
+    The same transitions with :func:`sparse_rewards` applied to their rewards (spec §6).
+
+    :param data: The offline dataset
+    :return: A copy whose rewards are sparse (the other arrays are shared, not copied)
+    """
+    return replace(data, rewards=sparse_rewards(data.rewards))
+
+
 def _check_finite(name: str, array: np.ndarray) -> None:
     """Raise a ValueError naming ``name`` and the first step where ``array`` holds NaN or inf."""
     finite = np.isfinite(array)
@@ -108,9 +178,7 @@ def _check_finite(name: str, array: np.ndarray) -> None:
         )
 
 
-def load_offline_transitions(
-    source: str | os.PathLike | minari.MinariDataset | Mapping[str, np.ndarray] | OfflineTransitions,
-) -> OfflineTransitions:
+def load_offline_transitions(source: OfflineSource) -> OfflineTransitions:
     """
     Read an offline dataset as per-step arrays, actions in the env's scale.
 

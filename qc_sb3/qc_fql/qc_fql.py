@@ -38,10 +38,13 @@ class QCFQL(FlowQAlgorithm):
     :param flow_steps: Euler steps T of the flow sampler
     :param n_critics: Critic ensemble size K
     :param q_agg: Ensemble aggregation of the TD target, "mean" (reference) or "min"
-    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays
-        or :class:`~qc_sb3.common.datasets.OfflineTransitions`; never saved with the model
+    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
+        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        never saved with the model
     :param offline_gradient_steps: Gradient steps of the offline phase run by the first ``learn()``
     :param offline_log_interval: Offline gradient steps between two log dumps
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+        ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
     :param stats_window_size: Window size for the rollout logging
@@ -76,6 +79,7 @@ class QCFQL(FlowQAlgorithm):
         offline_dataset: Any = None,
         offline_gradient_steps: int = 1_000_000,
         offline_log_interval: int = 1000,
+        offline_sparse_rewards: bool = False,
         replay_buffer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -104,6 +108,7 @@ class QCFQL(FlowQAlgorithm):
             offline_dataset=offline_dataset,
             offline_gradient_steps=offline_gradient_steps,
             offline_log_interval=offline_log_interval,
+            offline_sparse_rewards=offline_sparse_rewards,
             replay_buffer_kwargs=replay_buffer_kwargs,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,

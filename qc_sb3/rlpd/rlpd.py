@@ -47,8 +47,11 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         0.01: QC-RLPD)
     :param initial_ent_coef: Initial temperature alpha
     :param target_entropy: Target entropy of the temperature loss ("auto": -0.5 * h * A)
-    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays
-        or :class:`~qc_sb3.common.datasets.OfflineTransitions`; never saved with the model
+    :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
+        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        never saved with the model
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+        ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (default ``offline_fraction=0.5``)
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, ``activation_fn``, optimizer)
     :param stats_window_size: Window size for the rollout logging
@@ -80,6 +83,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         initial_ent_coef: float = 1.0,
         target_entropy: float | str = "auto",
         offline_dataset: Any = None,
+        offline_sparse_rewards: bool = False,
         replay_buffer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -104,6 +108,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             action_chunking=True,
             offline_dataset=offline_dataset,
             offline_gradient_steps=0,  # spec §4: no offline pre-training
+            offline_sparse_rewards=offline_sparse_rewards,
             replay_buffer_kwargs={"offline_fraction": DEFAULT_OFFLINE_FRACTION, **(replay_buffer_kwargs or {})},
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
