@@ -157,7 +157,8 @@ class ChunkReplayBuffer(ReplayBuffer):
         :param actions: ``(N, A)`` or ``(N, *action_shape)``, a_t in [-1, 1]
         :param rewards: ``(N,)``, r_t
         :param next_observations: ``(N, *obs_shape)``, s_{t+1}
-        :param terminated: ``(N,)``, true terminations (0/1)
+        :param terminated: ``(N,)``, true terminations (0/1); they may fall in the middle of an episode, as in
+            OGBench's relabelled play data, where the trajectory goes on past the goal (spec §6)
         :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last
             step of the data must be one
         """
@@ -216,9 +217,6 @@ class ChunkReplayBuffer(ReplayBuffer):
             )
         terminated_flags = given["terminated"].astype(bool)
         end_flags = given["episode_end"].astype(bool)
-        if (terminated_flags & ~end_flags).any():
-            step = int(np.argmax(terminated_flags & ~end_flags))
-            raise ValueError(f"add_offline: step {step} is terminated but not marked as an episode end")
         if not end_flags[-1]:
             raise ValueError(
                 "add_offline: the last step must end an episode (episode_end[-1] = 1); "

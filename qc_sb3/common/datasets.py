@@ -32,14 +32,18 @@ class OfflineTransitions:
     """
     Per-step arrays of an offline dataset, episodes one after another, actions in the env's scale.
 
-    The arrays are checked at construction: equal lengths, at least one step, finite values, boolean flags, every
-    termination an episode end and the last step an episode end.
+    The arrays are checked at construction: equal lengths, at least one step, finite values, boolean flags and the
+    last step an episode end.
+
+    ``terminated`` (the reference's ``1 - mask``) and ``episode_end`` (the reference's ``terminals``) are
+    independent: in OGBench's single-task relabelling of play data a step that reaches the goal is terminated
+    but its trajectory goes on (spec §6), so windows past it keep ``valid = 1`` and stop bootstrapping there.
 
     :param observations: ``(N, *obs_shape)``, s_t
     :param actions: ``(N, *action_shape)``, a_t in the env's scale (not yet scaled to [-1, 1])
     :param rewards: ``(N,)``, r_t
     :param next_observations: ``(N, *obs_shape)``, s_{t+1}
-    :param terminated: ``(N,)`` bool, true terminations
+    :param terminated: ``(N,)`` bool, true terminations (mask 0), also in the middle of an episode
     :param episode_end: ``(N,)`` bool, the last step of each episode (terminated, truncated or the episode's last
         recorded step)
     """
@@ -80,12 +84,6 @@ class OfflineTransitions:
             )
         for name in ("observations", "actions", "rewards", "next_observations"):
             _check_finite(name, arrays[name])
-        terminated_not_end = self.terminated & ~self.episode_end
-        if terminated_not_end.any():
-            raise ValueError(
-                f"offline dataset step {int(np.argmax(terminated_not_end))} is terminated but not marked as an "
-                "episode end; expected every termination to end its episode"
-            )
         if not self.episode_end[-1]:
             raise ValueError(
                 "offline dataset's last step must be an episode end (episode_end[-1] = True), got False; "
@@ -184,7 +182,8 @@ def load_offline_transitions(source: OfflineSource) -> OfflineTransitions:
 
     From a Minari dataset, each episode of n steps gives observations ``[:-1]`` and next observations ``[1:]`` of
     its n+1 recorded observations; ``terminated`` is Minari's ``terminations`` and the last step of every episode
-    is an episode end, whatever its termination and truncation flags say.
+    is an episode end, whatever its termination and truncation flags say. A termination before an episode's last
+    step stays a termination inside the episode (OGBench's relabelled play data: success mid-trajectory).
 
     From a mapping of arrays (D4RL-style), ``terminated`` may be called ``terminals`` or ``terminations``;
     ``episode_end`` may instead be given as ``timeouts`` or ``truncations`` (truncated steps). Episode ends are
