@@ -16,7 +16,18 @@ install_requires = [
 
 extras = {
     "ogbench": ["ogbench==1.2.2", "mujoco==3.8.0"],
-    "robomimic": ["robosuite==1.5.2", "mujoco==3.8.0", "h5py>=3.8"],
+    # robosuite 1.5.2 itself is installed with --no-deps (see README): it pins mink==0.0.5, which declares numpy<2,
+    # while minari needs numpy>=2; robosuite runs with numpy 2 and needs only these at run time.
+    "robomimic": [
+        "mujoco==3.8.0",
+        "h5py>=3.8",
+        "numba",
+        "scipy",
+        "Pillow",
+        "opencv-python-headless",
+        "termcolor",
+        "tqdm",
+    ],
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
     "test": ["pytest>=8", "hypothesis>=6.100", "sb3-contrib>=2.7", "ruff>=0.6", "tqdm", "rich", "tensorboard>=2.14"],
 }

@@ -1,0 +1,274 @@
+"""robomimic low-dim hdf5 files (official ``low_dim_v15.hdf5`` or generated here) to Minari datasets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import minari
+import numpy as np
+from minari.data_collector import EpisodeBuffer
+from minari.dataset.minari_dataset import parse_dataset_id
+
+from envs.robomimic.env import env_spec
+from envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
+
+# Actions may exceed [-1, 1] by this much (float rounding) and still count as inside.
+ACTION_TOLERANCE = 1e-6
+# What recover_environment() needs installed.
+REQUIREMENTS = ["robosuite>=1.5,<1.6", "mujoco>=3.3,<3.10"]
+
+_DEMO_NAME = re.compile(r"demo_(\d+)")
+
+
+def default_dataset_id(task: str) -> str:
+    """
+    The Minari id a task's data is converted to by default.
+
+    :param task: The task name (full or short)
+    :return: ``"robomimic/<task>-v0"``, e.g. ``"robomimic/lift-mh-low_dim-v0"``
+    """
+    return f"robomimic/{resolve_task(task).name}-v0"
+
+
+@dataclass(frozen=True)
+class RobomimicFile:
+    """
+    A robomimic file checked for conversion: its env metadata and the demos to convert.
+
+    :param path: The hdf5 file
+    :param task: The task
+    :param env_args: The env metadata (the file's ``data.attrs["env_args"]``, else the official v1.5 settings)
+    :param demos: Names of the demos to convert, sorted by their integer suffix
+    """
+
+    path: Path
+    task: TaskInfo
+    env_args: dict[str, Any]
+    demos: list[str]
+
+
+def _sort_demos(names: list[str]) -> list[str]:
+    """Demo names sorted by their integer suffix (demo_2 before demo_10)."""
+    return sorted(names, key=lambda name: int(_DEMO_NAME.fullmatch(name).group(1)))
+
+
+def inspect_file(hdf5_path: str | os.PathLike, task: str, filter_key: str | None = None) -> RobomimicFile:
+    """
+    Check a robomimic file against a task without reading its arrays: env metadata, the filter key, every demo's
+    keys and shapes (observation sizes per key, 7-D actions, one reward and done per action).
+
+    :param hdf5_path: The robomimic hdf5 file
+    :param task: The task name (full or short)
+    :param filter_key: A key of the file's ``mask/`` group selecting demos; None: every demo
+    :return: What conversion needs from the file
+    """
+    info = resolve_task(task)
+    path = Path(hdf5_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"robomimic file {str(path)!r} does not exist (expected a robomimic low-dim hdf5 file)")
+    try:
+        file = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"{str(path)!r} is not a readable hdf5 file: {error}") from error
+    with file:
+        if not isinstance(file.get("data"), h5py.Group):
+            raise ValueError(f"robomimic file {str(path)!r} has no 'data' group; expected data/demo_<i> groups")
+        data = file["data"]
+        env_args = default_env_args(info.name)
+        if "env_args" in data.attrs:
+            env_args = check_env_args(json.loads(data.attrs["env_args"]), info.name)
+        demos = _select_demos(file, path, filter_key)
+        for demo in demos:
+            _check_demo(data[demo], f"{path}:data/{demo}", info)
+    return RobomimicFile(path=path, task=info, env_args=env_args, demos=demos)
+
+
+def _select_demos(file: h5py.File, path: Path, filter_key: str | None) -> list[str]:
+    """The demos listed by ``mask/<filter_key>``, or every demo, sorted by their integer suffix."""
+    all_demos = [name for name in file["data"] if _DEMO_NAME.fullmatch(name)]
+    if filter_key is None:
+        demos = all_demos
+    else:
+        masks = file.get("mask")
+        available = sorted(masks) if isinstance(masks, h5py.Group) else []
+        if filter_key not in available:
+            raise ValueError(
+                f"filter key {filter_key!r} is not in robomimic file {str(path)!r}; its filter keys (mask/) are "
+                f"{available if available else 'none'}"
+            )
+        demos = [name.decode() if isinstance(name, bytes) else str(name) for name in file["mask"][filter_key][()]]
+        unknown = [name for name in demos if name not in all_demos]
+        if unknown:
+            raise ValueError(
+                f"filter key {filter_key!r} of {str(path)!r} lists demos {unknown[:5]} that are not data/demo_<i> groups"
+            )
+    if not demos:
+        selection = "" if filter_key is None else f" under filter key {filter_key!r}"
+        raise ValueError(f"robomimic file {str(path)!r} holds no demos{selection}; expected at least one")
+    return _sort_demos(demos)
+
+
+def _check_demo(demo: h5py.Group, where: str, info: TaskInfo) -> None:
+    """Check one demo's datasets and shapes against the task."""
+    required = ["actions", "rewards"] + [f"{group}/{key}" for group in ("obs", "next_obs") for key in LOW_DIM_KEYS]
+    missing = [name for name in required if not isinstance(demo.get(name), h5py.Dataset)]
+    if missing:
+        raise ValueError(
+            f"robomimic demo {where} lacks {missing}; a low-dim file needs actions, rewards and obs/ and next_obs/ "
+            f"{list(LOW_DIM_KEYS)}"
+        )
+    actions = demo["actions"].shape
+    if len(actions) != 2 or actions[1] != ACTION_DIM or actions[0] < 1:
+        raise ValueError(f"robomimic demo {where} has actions of shape {actions}; expected (n >= 1, {ACTION_DIM})")
+    steps = actions[0]
+    if demo["rewards"].shape != (steps,):
+        raise ValueError(f"robomimic demo {where} has rewards of shape {demo['rewards'].shape}; expected ({steps},)")
+    for group in ("obs", "next_obs"):
+        shapes = {key: demo[f"{group}/{key}"].shape for key in LOW_DIM_KEYS}
+        sizes = {key: shape[1] if len(shape) == 2 else None for key, shape in shapes.items()}
+        if sizes != info.key_sizes:
+            found = sum(size or 0 for size in sizes.values())
+            raise ValueError(
+                f"robomimic demo {where} has {group} sizes {sizes} ({found}-D in all); task {info.name!r} expects "
+                f"{info.key_sizes} ({info.obs_dim}-D)"
+            )
+        lengths = {key: shape[0] for key, shape in shapes.items() if shape[0] != steps}
+        if lengths:
+            raise ValueError(f"robomimic demo {where} has {group} lengths {lengths} for {steps} actions; expected {steps}")
+
+
+def _episode(demo: h5py.Group, where: str) -> EpisodeBuffer:
+    """One demo as a Minari episode: n + 1 observations, rewards r - 1, terminated iff the last state is a success."""
+    observations = np.concatenate([demo[f"obs/{key}"][()] for key in LOW_DIM_KEYS], axis=1)
+    final = np.concatenate([demo[f"next_obs/{key}"][-1] for key in LOW_DIM_KEYS])
+    actions = np.asarray(demo["actions"][()], dtype=np.float64)
+    rewards = np.asarray(demo["rewards"][()], dtype=np.float64)
+    if not np.isin(rewards, (0.0, 1.0)).all():
+        raise ValueError(
+            f"robomimic demo {where} has rewards {np.unique(rewards)[:5]}; expected sparse rewards 0/1 "
+            "(reward_shaping=False, as in the official low-dim files)"
+        )
+    if np.abs(actions).max() > 1.0 + ACTION_TOLERANCE:
+        raise ValueError(f"robomimic demo {where} has actions up to {np.abs(actions).max()} in size; expected [-1, 1]")
+    success = rewards == 1.0
+    terminations = np.zeros(len(rewards), dtype=bool)
+    terminations[-1] = success[-1]
+    return EpisodeBuffer(
+        observations=np.concatenate([observations, final[None]]).astype(np.float32),
+        actions=np.clip(actions, -1.0, 1.0).astype(np.float32),
+        rewards=(rewards - 1.0).tolist(),
+        terminations=terminations.tolist(),
+        truncations=(~terminations & (np.arange(len(rewards)) == len(rewards) - 1)).tolist(),
+        infos={"success": np.concatenate([[False], success])},
+    )
+
+
+def convert_to_minari(
+    hdf5_path: str | os.PathLike,
+    task: str,
+    *,
+    filter_key: str | None = None,
+    dataset_id: str | None = None,
+    overwrite: bool = False,
+) -> str:
+    """
+    Convert a robomimic low-dim hdf5 file into a Minari dataset whose env spec rebuilds the task's env.
+
+    Each demo (sorted by its integer suffix) becomes one episode: observations concat[robot0_eef_pos,
+    robot0_eef_quat, robot0_gripper_qpos, object] of obs/ plus the last next_obs (n + 1 rows, float32), the
+    actions, rewards r - 1 (-1 per step, 0 where the state reached is a success) and ``infos["success"]`` per
+    observation. The episode is terminated when its last state is a success (a demo that ends at the task's
+    success: the MDP's episode ends there) and truncated otherwise (a demo cut short). Success states before the
+    last step (an operator holding the goal) stay non-terminal: a Minari episode ends at its first termination.
+
+    ``minari.load_dataset(id).recover_environment()`` builds the env from the file's ``env_args`` with the
+    task's episode limit (robosuite needed then). The dataset is written under a temporary Minari root in the
+    same folder and moved into place when complete.
+
+    :param hdf5_path: The robomimic hdf5 file
+    :param task: The task name (full or short)
+    :param filter_key: A key of the file's ``mask/`` group (e.g. ``"train"``); None: every demo
+    :param dataset_id: The Minari id; None: ``"robomimic/<task>-v0"``
+    :param overwrite: Whether to replace an existing dataset with that id
+    :return: The dataset id
+    """
+    info = resolve_task(task)
+    dataset_id = default_dataset_id(info.name) if dataset_id is None else dataset_id
+    namespace = parse_dataset_id(dataset_id)[0]
+    if namespace is None:
+        raise ValueError(f"dataset_id {dataset_id!r} has no namespace; expected '<namespace>/<name>-v<N>'")
+    source = inspect_file(hdf5_path, info.name, filter_key)
+    root = _minari_root()
+    target = root / dataset_id
+    if target.exists() and not overwrite:
+        raise FileExistsError(
+            f"Minari dataset {dataset_id!r} already exists at {str(target)!r}; pass overwrite=True (--overwrite) to replace it"
+        )
+    spec = env_spec(info.name, source.env_args)
+    with h5py.File(source.path, "r") as file:
+        episodes = [_episode(file["data"][demo], f"{source.path}:data/{demo}") for demo in source.demos]
+    selection = "all demos" if filter_key is None else f"the demos of filter key {filter_key!r}"
+    with _staging_root(root) as staging, warnings.catch_warnings():
+        # Minari warns about metadata it does not need here (author, permalink, the env spec set just after).
+        warnings.filterwarnings("ignore", message=r"`(code_permalink|author|author_email)` is set to None")
+        warnings.filterwarnings("ignore", message="env_spec is None")
+        dataset = minari.create_dataset_from_buffers(
+            dataset_id,
+            episodes,
+            eval_env=spec,
+            observation_space=gym.spaces.Box(-np.inf, np.inf, (info.obs_dim,), np.float32),
+            action_space=gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32),
+            algorithm_name="robomimic demonstrations",
+            description=f"robomimic {info.name}: {selection} of {source.path.name}, converted by envs.robomimic",
+            requirements=REQUIREMENTS,
+        )
+        dataset.storage.update_metadata({"env_spec": spec.to_json()})
+        _move_into_place(staging, root, dataset_id)
+    return dataset_id
+
+
+def _minari_root() -> Path:
+    """The folder Minari keeps its local datasets in (``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``)."""
+    root = os.environ.get("MINARI_DATASETS_PATH")
+    return Path(root) if root is not None else Path.home() / ".minari" / "datasets"
+
+
+@contextmanager
+def _staging_root(root: Path) -> Iterator[Path]:
+    """A temporary Minari root inside the real one ``root`` (same file system, so the final move is a rename)."""
+    root.mkdir(parents=True, exist_ok=True)
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging:
+        os.environ["MINARI_DATASETS_PATH"] = staging
+        try:
+            yield Path(staging)
+        finally:
+            if previous is None:
+                del os.environ["MINARI_DATASETS_PATH"]
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+def _move_into_place(staging: Path, root: Path, dataset_id: str) -> None:
+    """Move a dataset from the staging root to the real root, creating its namespaces and replacing an old copy."""
+    for namespace in reversed(Path(dataset_id).parents[:-1]):
+        (root / namespace).mkdir(exist_ok=True)
+        metadata = staging / namespace / "namespace_metadata.json"
+        if metadata.exists() and not (root / namespace / metadata.name).exists():
+            shutil.copy(metadata, root / namespace / metadata.name)
+    target = root / dataset_id
+    if target.exists():
+        os.replace(target, staging / "replaced")
+    os.replace(staging / dataset_id, target)

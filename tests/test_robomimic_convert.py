@@ -1,0 +1,186 @@
+"""envs.robomimic's converter against a direct h5py read of synthetic robomimic files (no robosuite needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import minari
+import numpy as np
+import pytest
+
+from envs.robomimic import convert_to_minari
+from qc_sb3.common.datasets import load_offline_transitions
+
+# The paper's observation: these keys of obs/, in this order, with these sizes for lift.
+KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object")
+LIFT_SIZES = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}
+LIFT_ENV_ARGS = {
+    "env_name": "Lift",
+    "env_version": "1.5.1",
+    "type": 1,
+    "env_kwargs": {
+        "has_renderer": False,
+        "has_offscreen_renderer": True,
+        "ignore_done": True,
+        "use_object_obs": True,
+        "use_camera_obs": False,
+        "control_freq": 20,
+        "controller_configs": {"type": "BASIC", "body_parts": {"right": {"type": "OSC_POSE", "kp": 150}}},
+        "robots": ["Panda"],
+        "camera_names": ["agentview"],
+        "reward_shaping": False,
+    },
+}
+# Demo name -> (length, reward sequence ending); written out of order on purpose.
+DEMOS = {"demo_10": 7, "demo_2": 5, "demo_0": 6}
+
+
+def write_demo(group: h5py.Group, steps: int, rng: np.random.Generator, success_at_end: bool, sizes: dict) -> None:
+    """A demo in the robomimic layout: next_obs[t] == obs[t + 1], sparse rewards, dones as done_mode 2 writes them."""
+    for key, size in {**sizes, "robot0_joint_pos": 7}.items():
+        values = rng.normal(size=(steps + 1, size))
+        group.create_dataset(f"obs/{key}", data=values[:-1])
+        group.create_dataset(f"next_obs/{key}", data=values[1:])
+    rewards = np.zeros(steps)
+    rewards[steps // 2] = 1.0  # a success state mid-demo (e.g. an operator lifting the cube twice)
+    if success_at_end:
+        rewards[-2:] = 1.0
+    dones = rewards.copy()
+    dones[-1] = 1.0
+    group.create_dataset("actions", data=rng.uniform(-1, 1, size=(steps, 7)))
+    group.create_dataset("states", data=rng.normal(size=(steps, 32)))
+    group.create_dataset("rewards", data=rewards)
+    group.create_dataset("dones", data=dones)
+    group.attrs["num_samples"] = steps
+    group.attrs["model_file"] = "<mujoco/>"
+
+
+def write_file(path: Path, env_args: dict | None = LIFT_ENV_ARGS, sizes: dict = LIFT_SIZES) -> Path:
+    """A small robomimic low-dim file: three demos, the middle one (demo_2) failing, train/valid masks."""
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as file:
+        data = file.create_group("data")
+        for name, steps in DEMOS.items():
+            write_demo(data.create_group(name), steps, rng, success_at_end=name != "demo_2", sizes=sizes)
+        data.attrs["total"] = sum(DEMOS.values())
+        if env_args is not None:
+            data.attrs["env_args"] = json.dumps(env_args)
+        file.create_dataset("mask/train", data=np.array([b"demo_10", b"demo_0"]))
+        file.create_dataset("mask/valid", data=np.array([b"demo_2"]))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "minari"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return root
+
+
+@pytest.fixture
+def lift_file(tmp_path: Path) -> Path:
+    return write_file(tmp_path / "low_dim.hdf5")
+
+
+def read_demo(path: Path, name: str) -> dict[str, np.ndarray]:
+    """The arrays a converted episode must hold, read straight from the file."""
+    with h5py.File(path, "r") as file:
+        demo = file[f"data/{name}"]
+        observations = np.concatenate([demo[f"obs/{key}"][()] for key in KEYS], axis=1)
+        last = np.concatenate([demo[f"next_obs/{key}"][-1] for key in KEYS])
+        rewards = demo["rewards"][()]
+        return {
+            "observations": np.vstack([observations, last]),
+            "actions": demo["actions"][()],
+            "rewards": rewards - 1.0,
+            "success": rewards == 1.0,
+            "dones": demo["dones"][()],
+        }
+
+
+def test_episodes_equal_a_direct_read_in_integer_order(lift_file: Path) -> None:
+    dataset_id = convert_to_minari(lift_file, "lift-mh-low_dim")
+    assert dataset_id == "robomimic/lift-mh-low_dim-v0"
+    dataset = minari.load_dataset(dataset_id)
+    episodes = list(dataset.iterate_episodes())
+    assert len(episodes) == 3
+    assert dataset.observation_space.shape == (19,)
+    for episode, name in zip(episodes, ["demo_0", "demo_2", "demo_10"], strict=True):
+        expected = read_demo(lift_file, name)
+        steps = DEMOS[name]
+        assert episode.observations.shape == (steps + 1, 19)
+        assert episode.observations.dtype == np.float32
+        np.testing.assert_allclose(episode.observations, expected["observations"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(episode.actions, expected["actions"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(episode.rewards, expected["rewards"])
+        # Terminated iff the demo ends at a success (its last reward and done are 1); else truncated.
+        ends_in_success = bool(expected["success"][-1] and expected["dones"][-1])
+        np.testing.assert_array_equal(episode.terminations, np.arange(steps) == steps - 1 if ends_in_success else False)
+        np.testing.assert_array_equal(episode.truncations, False if ends_in_success else np.arange(steps) == steps - 1)
+        np.testing.assert_array_equal(episode.infos["success"], np.concatenate([[False], expected["success"]]))
+
+
+def test_filter_key_selects_its_demos(lift_file: Path) -> None:
+    dataset = minari.load_dataset(convert_to_minari(lift_file, "lift", filter_key="train"))
+    episodes = list(dataset.iterate_episodes())
+    assert [len(episode.rewards) for episode in episodes] == [DEMOS["demo_0"], DEMOS["demo_10"]]
+    np.testing.assert_allclose(episodes[1].actions, read_demo(lift_file, "demo_10")["actions"], rtol=1e-6)
+
+
+def test_env_spec_rebuilds_the_task_env_from_the_file_env_args(lift_file: Path) -> None:
+    dataset = minari.load_dataset(convert_to_minari(lift_file, "lift-mh-low_dim", dataset_id="mine/lift-v3"))
+    spec = dataset.spec.env_spec
+    assert spec.entry_point == "envs.robomimic.env:RobomimicEnv"
+    assert spec.max_episode_steps == 300
+    assert spec.kwargs == {"task": "lift-mh-low_dim", "env_args": LIFT_ENV_ARGS}
+    assert dataset.storage.metadata["eval_env_spec"] == dataset.storage.metadata["env_spec"]
+
+
+def test_the_library_loader_reads_the_dataset(lift_file: Path) -> None:
+    data = load_offline_transitions(convert_to_minari(lift_file, "lift"))
+    expected = [read_demo(lift_file, name) for name in ("demo_0", "demo_2", "demo_10")]
+    np.testing.assert_allclose(
+        data.observations, np.concatenate([demo["observations"][:-1] for demo in expected]), rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        data.next_observations, np.concatenate([demo["observations"][1:] for demo in expected]), rtol=1e-6, atol=1e-6
+    )
+    ends = np.cumsum([DEMOS[name] for name in ("demo_0", "demo_2", "demo_10")]) - 1
+    np.testing.assert_array_equal(np.flatnonzero(data.episode_end), ends)
+    np.testing.assert_array_equal(np.flatnonzero(data.terminated), ends[[0, 2]])
+
+
+def test_existing_ids_are_refused_unless_overwrite(lift_file: Path, minari_root: Path) -> None:
+    dataset_id = convert_to_minari(lift_file, "lift", filter_key="valid")
+    with pytest.raises(FileExistsError, match=r"already exists.*overwrite"):
+        convert_to_minari(lift_file, "lift")
+    assert minari.load_dataset(dataset_id).total_episodes == 1
+    convert_to_minari(lift_file, "lift", overwrite=True)
+    assert minari.load_dataset(dataset_id).total_episodes == 3
+    # Nothing but the dataset's namespace is left in the Minari root: staging folders are gone.
+    assert sorted(path.name for path in minari_root.iterdir()) == ["robomimic"]
+
+
+def test_bad_input_fails_before_any_dataset_is_written(tmp_path: Path, lift_file: Path, minari_root: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"missing\.hdf5"):
+        convert_to_minari(tmp_path / "missing.hdf5", "lift")
+    with pytest.raises(ValueError, match=r"filter key 'best'.*\['train', 'valid'\]"):
+        convert_to_minari(lift_file, "lift", filter_key="best")
+    with pytest.raises(ValueError, match=r"unknown robomimic task 'stack'.*'lift-mh-low_dim'.*'square-mh-low_dim'"):
+        convert_to_minari(lift_file, "stack")
+    with pytest.raises(ValueError, match="'Lift' but task 'can-mh-low_dim' runs 'PickPlaceCan'"):
+        convert_to_minari(lift_file, "can")
+    no_env_args = write_file(tmp_path / "no_env_args.hdf5", env_args=None)
+    with pytest.raises(ValueError, match=r"19-D in all.*'can-mh-low_dim' expects.*23-D"):
+        convert_to_minari(no_env_args, "can")
+    no_object = write_file(tmp_path / "no_object.hdf5", sizes={k: v for k, v in LIFT_SIZES.items() if k != "object"})
+    with pytest.raises(ValueError, match=r"demo_0 lacks \['obs/object', 'next_obs/object'\]"):
+        convert_to_minari(no_object, "lift")
+    dense = write_file(tmp_path / "dense.hdf5")
+    with h5py.File(dense, "a") as file:
+        file["data/demo_2/rewards"][0] = 0.5
+    with pytest.raises(ValueError, match=r"demo_2 has rewards.*sparse rewards 0/1"):
+        convert_to_minari(dense, "lift")
+    assert not minari_root.exists() or list(minari_root.iterdir()) == []
