@@ -29,7 +29,19 @@ extras = {
         "tqdm",
     ],
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
-    "test": ["pytest>=8", "hypothesis>=6.100", "sb3-contrib>=2.7", "ruff>=0.6", "tqdm", "rich", "tensorboard>=2.14"],
+    "test": [
+        "pytest>=8",
+        "hypothesis>=6.100",
+        "sb3-contrib>=2.7",
+        "ruff>=0.6",
+        "tqdm",
+        "rich",
+        "tensorboard>=2.14",
+        "pyyaml>=6",
+        "matplotlib>=3.7",
+        "pandas>=2",
+        "ray[default]>=2.9",
+    ],
 }
 extras["all"] = sorted({requirement for group in extras.values() for requirement in group})
 
@@ -41,8 +53,12 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["qc_sb3", "qc_sb3.*", "envs", "envs.*", "benchmarks", "benchmarks.*"]),
     python_requires=">=3.10",
+    package_data={"benchmarks": ["configs/*.yaml", "data/*.csv"]},
     install_requires=install_requires,
     extras_require=extras,
+    entry_points={
+        "console_scripts": ["qc-bench = benchmarks.run:main", "qc-bench-report = benchmarks.report:main"],
+    },
     license="MIT",
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,0 +1,169 @@
+"""The methods a config may name, and the paper's hyperparameters for each method and domain (spec §4, §5).
+
+Everything the paper keeps fixed across methods (batch 256, 4 x 512 networks, Adam 3e-4, K, T, tau, gamma, updates
+from 5000 online steps on, ...) is the algorithms' constructor defaults, so a method only states how it differs:
+its algorithm, its flags (chunk length, ``action_chunking``, ``bc_alpha``) and its per-domain alpha or N.
+
+Per-domain values the paper does not give: cube-single takes cube-double's (the closest domain); a domain that is
+not the paper's (a registered toy task) takes the constructor defaults.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+
+# spec §4: N of best-of-N for QC (32; puzzle-3x3 64; robomimic 16); cube-single is not in the paper: cube-double's.
+QC_NUM_SAMPLES: dict[str, int] = {
+    "cube-single": 32,
+    "cube-double": 32,
+    "cube-triple": 32,
+    "cube-quadruple": 32,
+    "scene": 32,
+    "puzzle-3x3": 64,
+    "robomimic": 16,
+}
+# spec §4: BFN and BFN-n sample N = 4 in every domain.
+BFN_NUM_SAMPLES = 4
+# spec §4: alpha of QC-FQL (scene, puzzle-3x3, cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000).
+QC_FQL_ALPHA: dict[str, float] = {
+    "cube-single": 300.0,
+    "cube-double": 300.0,
+    "cube-triple": 100.0,
+    "cube-quadruple": 100.0,
+    "scene": 300.0,
+    "puzzle-3x3": 300.0,
+    "robomimic": 10000.0,
+}
+# spec §4: alpha of FQL (300; puzzle-3x3 100; robomimic 10000).
+FQL_ALPHA: dict[str, float] = {
+    "cube-single": 300.0,
+    "cube-double": 300.0,
+    "cube-triple": 300.0,
+    "cube-quadruple": 300.0,
+    "scene": 300.0,
+    "puzzle-3x3": 100.0,
+    "robomimic": 10000.0,
+}
+# spec §4: alpha of FQL-n (100; robomimic 10000).
+FQL_N_ALPHA: dict[str, float] = {
+    "cube-single": 100.0,
+    "cube-double": 100.0,
+    "cube-triple": 100.0,
+    "cube-quadruple": 100.0,
+    "scene": 100.0,
+    "puzzle-3x3": 100.0,
+    "robomimic": 10000.0,
+}
+
+# Constructor arguments the runner sets itself; a config may not override them.
+RUNNER_ARGUMENTS: dict[str, str] = {
+    "policy": "always 'MlpPolicy'",
+    "env": "made from the task",
+    "offline_dataset": "set by the config's datasets: section",
+    "offline_gradient_steps": "set by protocol.offline_steps",
+    "seed": "set by seeds: or --seeds",
+    "device": "set by execution.device",
+    "tensorboard_log": "written into each run's folder",
+    "verbose": "the runner reports progress itself",
+    "_init_setup_model": "internal",
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """
+    A method of the paper as one of the library's algorithms with fixed flags.
+
+    :param name: The name configs use (the paper's)
+    :param algorithm: The algorithm class
+    :param flags: Constructor arguments that define the method (chunk length, ``action_chunking``, ``bc_alpha``)
+    :param per_domain: Constructor argument name -> {domain: value}, the paper's per-domain settings
+    :param offline_phase: Whether the method pre-trains offline (False for the RLPD family: the offline data only
+        seeds the buffer)
+    """
+
+    name: str
+    algorithm: type[ChunkedOffPolicyAlgorithm]
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    per_domain: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    offline_phase: bool = True
+
+    @property
+    def algorithm_path(self) -> str:
+        """``module:ClassName`` of the algorithm, as a run process imports it."""
+        return f"{self.algorithm.__module__}:{self.algorithm.__qualname__}"
+
+    def constructor_defaults(self) -> dict[str, Any]:
+        """The algorithm's constructor arguments that a config may set, with their defaults."""
+        parameters = inspect.signature(self.algorithm.__init__).parameters
+        return {
+            name: parameter.default
+            for name, parameter in parameters.items()
+            if name != "self"
+            and name not in RUNNER_ARGUMENTS
+            and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        }
+
+    def paper_settings(self, domain: str) -> dict[str, Any]:
+        """
+        The method's settings in a domain, on top of the constructor defaults.
+
+        :param domain: The task's domain
+        :return: The method's flags and its per-domain values (none for a domain the paper does not have)
+        """
+        settings = dict(self.flags)
+        for name, by_domain in self.per_domain.items():
+            if domain in by_domain:
+                settings[name] = by_domain[domain]
+        return settings
+
+
+METHODS: dict[str, MethodSpec] = {
+    method.name: method
+    for method in (
+        MethodSpec("QC", QC, {"chunk_size": 5}, {"actor_num_samples": QC_NUM_SAMPLES}),
+        MethodSpec("QC-FQL", QCFQL, {"chunk_size": 5}, {"alpha": QC_FQL_ALPHA}),
+        MethodSpec("BFN", QC, {"chunk_size": 1, "actor_num_samples": BFN_NUM_SAMPLES}),
+        MethodSpec("BFN-n", QC, {"chunk_size": 5, "action_chunking": False, "actor_num_samples": BFN_NUM_SAMPLES}),
+        MethodSpec("FQL", QCFQL, {"chunk_size": 1}, {"alpha": FQL_ALPHA}),
+        MethodSpec("FQL-n", QCFQL, {"chunk_size": 5, "action_chunking": False}, {"alpha": FQL_N_ALPHA}),
+        MethodSpec("RLPD", RLPD, {"chunk_size": 1}, offline_phase=False),
+        MethodSpec("RLPD-AC", RLPD, {"chunk_size": 5}, offline_phase=False),
+        MethodSpec("QC-RLPD", RLPD, {"chunk_size": 5, "bc_alpha": 0.01}, offline_phase=False),
+    )
+}
+
+
+def get_method(name: str) -> MethodSpec:
+    """
+    The method of that name.
+
+    :param name: The method name
+    :return: The method
+    """
+    if name not in METHODS:
+        raise KeyError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """
+    ``base`` updated by ``override``, merging nested mappings key by key (``policy_kwargs``, ...).
+
+    :param base: The defaults
+    :param override: The values that win
+    :return: A new dict
+    """
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

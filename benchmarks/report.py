@@ -1,0 +1,316 @@
+"""Learning curves and final-success tables of a results folder, with the paper's curves alongside.
+
+Run: ``python -m benchmarks.report RESULTS_DIR [--out DIR]`` (default ``RESULTS_DIR/report``). Writes:
+
+* ``<task>.png``: success rate against the paper's x-axis (offline gradient steps, then the offline budget plus
+  online env steps), the mean over seeds with a 95% bootstrap band, one colour per method; the paper's curve of the
+  same task and method dashed, its two phases stretched onto this protocol's when the budgets differ;
+* ``curves.csv``: those means and bands;
+* ``summary.md`` and ``summary.csv``: success at the end of the offline and of the online phase per domain and
+  method (and over a suite's domains), with 95% stratified bootstrap intervals over tasks and seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+
+PAPER_CURVES = "paper_curves.csv"
+# The paper's x-axis: 1M offline gradient steps, then 1M online env steps.
+PAPER_OFFLINE_STEPS = 1_000_000
+PAPER_ONLINE_STEPS = 1_000_000
+_OGBENCH_TASK = re.compile(r"^(?P<family>.+)-play-singletask-task(?P<number>\d+)-v0$")
+
+
+def paper_task_name(task: str) -> str | None:
+    """
+    A task's name in the paper's curves: ``cube-double-play-singletask-task2-v0`` -> ``cube-double-play-task2``,
+    ``lift-mh-low_dim`` -> ``lift``; None for other tasks.
+
+    :param task: Our task name
+    :return: The paper's, or None
+    """
+    match = _OGBENCH_TASK.match(task)
+    if match:
+        return f"{match['family']}-play-task{match['number']}"
+    if task in ("lift-mh-low_dim", "can-mh-low_dim", "square-mh-low_dim"):
+        return task.split("-")[0]
+    return None
+
+
+def read_paper_curves() -> pd.DataFrame:
+    """The paper's curves (``benchmarks/data/paper_curves.csv``, shipped with the package)."""
+    with resources.files("benchmarks").joinpath("data", PAPER_CURVES).open("r", encoding="utf-8") as file:
+        return pd.read_csv(file)
+
+
+def load_results(results_dir: str | Path) -> pd.DataFrame:
+    """
+    Every evaluation row of a results folder, with its run's task, suite, domain, method, seed and protocol.
+
+    :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
+    :return: One row per evaluation; empty if there is none
+    """
+    frames = []
+    for path in sorted(Path(results_dir).rglob("eval.csv")):
+        config_path = path.with_name("config.json")
+        if not config_path.exists():
+            continue
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        frame = pd.read_csv(path)
+        if frame.empty:
+            continue
+        protocol = config["protocol"]
+        frame = frame.assign(
+            task=config["task"],
+            suite=config["suite"],
+            domain=config["domain"],
+            method=config["method"],
+            seed=config["seed"],
+            offline_budget=protocol["offline_steps"],
+            online_budget=protocol["online_steps"],
+        )
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def curve_statistics(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """
+    Mean success over seeds and its 95% bootstrap interval, per task, method and step.
+
+    :param results: :func:`load_results`'s rows
+    :param seed: Seed of the bootstrap
+    :return: Columns task, method, step, phase, n_seeds, success_mean, ci95_low, ci95_high
+    """
+    rows = []
+    for (task, method, step), group in results.groupby(["task", "method", "step"], sort=True):
+        mean, low, high = bootstrap_mean_ci(group["success"].to_numpy(), seed=seed)
+        rows.append(
+            {
+                "task": task,
+                "method": method,
+                "step": int(step),
+                "phase": group["phase"].iloc[0],
+                "n_seeds": len(group),
+                "success_mean": mean,
+                "ci95_low": low,
+                "ci95_high": high,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def final_success_table(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """
+    Success at the end of each phase per suite, domain and method, with stratified bootstrap intervals (tasks are
+    strata, seeds are resampled); a suite with several domains also gets an ``all`` row per method.
+
+    :param results: :func:`load_results`'s rows
+    :param seed: Seed of the bootstrap
+    :return: Columns suite, domain, method, phase, tasks, runs, success, ci95_low, ci95_high
+    """
+    ends = []
+    for phase, end_step in (
+        ("offline", results["offline_budget"]),
+        ("online", results["offline_budget"] + results["online_budget"]),
+    ):
+        at_end = results[(results["phase"] == phase) & (results["step"] == end_step)]
+        ends.append(at_end.assign(end=phase))
+    finals = pd.concat(ends, ignore_index=True)
+    scopes = [finals.assign(scope=finals["domain"])]
+    for _, group in finals.groupby("suite"):
+        if group["domain"].nunique() > 1:
+            scopes.append(group.assign(scope="all"))
+    rows = []
+    for (suite, scope, method, phase), group in pd.concat(scopes, ignore_index=True).groupby(
+        ["suite", "scope", "method", "end"]
+    ):
+        per_task = [task_group["success"].to_numpy() for _, task_group in group.groupby("task")]
+        point, low, high = stratified_bootstrap_ci(per_task, seed=seed)
+        rows.append(
+            {
+                "suite": suite,
+                "domain": scope,
+                "method": method,
+                "phase": phase,
+                "tasks": len(per_task),
+                "runs": len(group),
+                "success": point,
+                "ci95_low": low,
+                "ci95_high": high,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """
+    The final-success table as Markdown: one line per suite, domain and method, the offline and online ends side by side.
+
+    :param table: :func:`final_success_table`'s rows
+    :return: The Markdown text
+    """
+    lines = [
+        "| suite | domain | method | tasks | runs | offline end | online end |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if table.empty:
+        return "\n".join(lines) + "\n"
+    for (suite, domain, method), group in table.groupby(["suite", "domain", "method"], sort=True):
+        cells = {}
+        for phase in ("offline", "online"):
+            row = group[group["phase"] == phase]
+            cells[phase] = (
+                "-"
+                if row.empty
+                else f"{row['success'].iloc[0]:.2f} [{row['ci95_low'].iloc[0]:.2f}, {row['ci95_high'].iloc[0]:.2f}]"
+            )
+        lines.append(
+            f"| {suite} | {domain} | {method} | {group['tasks'].max()} | {group['runs'].max()} | "
+            f"{cells['offline']} | {cells['online']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def paper_curve_on_axis(paper: pd.DataFrame, offline_budget: int, online_budget: int) -> pd.DataFrame:
+    """
+    A paper curve with its steps mapped onto a protocol's axis: its offline phase [0, 1M] onto [0, offline_budget],
+    its online phase [1M, 2M] onto [offline_budget, offline_budget + online_budget].
+
+    :param paper: Rows of one task and method of the paper's curves
+    :param offline_budget: This protocol's offline gradient steps
+    :param online_budget: This protocol's online env steps
+    :return: The rows with ``step`` mapped
+    """
+    steps = paper["step"].to_numpy(dtype=float)
+    mapped = np.where(
+        steps <= PAPER_OFFLINE_STEPS,
+        steps / PAPER_OFFLINE_STEPS * offline_budget,
+        offline_budget + (steps - PAPER_OFFLINE_STEPS) / PAPER_ONLINE_STEPS * online_budget,
+    )
+    return paper.assign(step=mapped)
+
+
+def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.DataFrame, path: Path) -> bool:
+    """
+    Plot one task's learning curves, with the paper's where it has the task and method.
+
+    :param task: The task
+    :param curves: :func:`curve_statistics` rows of the task
+    :param results: :func:`load_results` rows of the task
+    :param paper: The paper's curves
+    :param path: The PNG to write
+    :return: Whether a paper curve was drawn
+    """
+    offline_budget = int(results["offline_budget"].max())
+    online_budget = int(results["online_budget"].max())
+    same_axis = offline_budget == PAPER_OFFLINE_STEPS and online_budget == PAPER_ONLINE_STEPS
+    paper_name = paper_task_name(task)
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drew_paper = False
+    for index, (method, group) in enumerate(curves.groupby("method", sort=True)):
+        color = colors[index % len(colors)]
+        n_seeds = int(group["n_seeds"].max())
+        axis.plot(
+            group["step"],
+            group["success_mean"],
+            color=color,
+            marker="o",
+            markersize=3,
+            label=f"{method} ({n_seeds} seed{'s' if n_seeds > 1 else ''})",
+        )
+        axis.fill_between(group["step"], group["ci95_low"], group["ci95_high"], color=color, alpha=0.2, linewidth=0)
+        reference = paper[(paper["task"] == paper_name) & (paper["method"] == method)] if paper_name else paper.iloc[:0]
+        if not reference.empty:
+            reference = paper_curve_on_axis(reference.sort_values("step"), offline_budget, online_budget)
+            label = f"{method} (paper)" if same_axis else f"{method} (paper, phases rescaled)"
+            axis.plot(reference["step"], reference["success_mean"], color=color, linestyle="--", linewidth=1.2, label=label)
+            drew_paper = True
+    if offline_budget > 0:
+        axis.axvline(offline_budget, color="grey", linestyle=":", linewidth=1)
+    axis.set_xlim(0, offline_budget + online_budget)
+    axis.set_ylim(-0.02, 1.02)
+    axis.set_xlabel("offline gradient steps, then online env steps")
+    axis.set_ylabel("success rate")
+    axis.set_title(task)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return drew_paper
+
+
+def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0) -> Path:
+    """
+    Write the plots and tables of a results folder.
+
+    :param results_dir: The results folder
+    :param out: The report folder (default ``<results_dir>/report``)
+    :param seed: Seed of the bootstraps
+    :return: The report folder
+    """
+    results_dir = Path(results_dir)
+    out = results_dir / "report" if out is None else Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = load_results(results_dir)
+    if results.empty:
+        (out / "summary.md").write_text("No evaluations found.\n", encoding="utf-8")
+        return out
+    curves = curve_statistics(results, seed=seed)
+    curves.to_csv(out / "curves.csv", index=False)
+    paper = read_paper_curves()
+    for task, task_results in results.groupby("task"):
+        plot_task(str(task), curves[curves["task"] == task], task_results, paper, out / f"{task}.png")
+    table = final_success_table(results, seed=seed)
+    table.to_csv(out / "summary.csv", index=False)
+    text = (
+        f"# Results: {results_dir}\n\n"
+        "Success rate at the end of each phase: mean over the tasks of each task's mean over seeds, with a 95% "
+        "stratified bootstrap interval (tasks as strata, seeds resampled).\n\n" + markdown_table(table)
+    )
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    The ``python -m benchmarks.report`` command.
+
+    :param argv: Arguments (default: the command line's)
+    :return: The exit status
+    """
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results_dir", help="a results folder written by benchmarks.run")
+    parser.add_argument("--out", default=None, help="report folder (default: RESULTS_DIR/report)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    args = parser.parse_args(argv)
+    if not Path(args.results_dir).is_dir():
+        parser.error(f"{args.results_dir} is not a folder")
+    out = write_report(args.results_dir, args.out, seed=args.seed)
+    print(f"report written to {out}")
+    print((out / "summary.md").read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,406 @@
+"""One run of the protocol (spec §5), resumable: offline phase, then online phase, evaluated and checkpointed.
+
+A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
+
+* ``config.json``: the resolved run (task, method, seed, every hyperparameter, env keyword arguments, protocol,
+  dataset source); a run whose folder holds a different one is refused;
+* ``versions.json``: the package versions of each session that worked on the run;
+* ``eval.csv``: one row per evaluation (:data:`EVAL_COLUMNS`); ``step`` is the paper's x-axis: offline gradient
+  steps, then the offline budget plus online env steps;
+* ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (x-axis: offline gradient steps, env steps);
+* ``checkpoints/``: the latest checkpoint (:mod:`benchmarks.checkpoints`);
+* ``progress.json``: the run's progress, for the parent's display;
+* ``DONE``: written last; a run with it is skipped.
+
+The offline phase runs ``model.pretrain`` in blocks of ``eval_interval`` gradient steps, the online phase
+``model.learn(block, reset_num_timesteps=False)``; after each block the run is evaluated (``eval_episodes``
+episodes with the stochastic policy on a fresh env seeded from the run's seed and the evaluation's index), the row
+appended to the CSV, and a checkpoint written. A killed run resumes from its latest checkpoint: model, optimizers,
+replay buffer, counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run that was
+not interrupted. Resumed in the online phase, it continues from the same state, but its training env starts a new
+episode (an env's simulator state is not saved): the interrupted episode is closed in the buffer as a truncation.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+import json
+import platform
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger, configure
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from benchmarks.atomic import read_json, write_json, write_text
+from benchmarks.checkpoints import CheckpointState, latest_checkpoint, load_rng_states, restore_rng_states, save_checkpoint
+from benchmarks.config import RunSpec
+from benchmarks.datasets import open_offline_data
+from benchmarks.progress import ProgressWriter
+from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.evaluation import evaluate_success
+
+CONFIG_FILE = "config.json"
+VERSIONS_FILE = "versions.json"
+EVAL_FILE = "eval.csv"
+DONE_FILE = "DONE"
+EVAL_COLUMNS = ("step", "phase", "success", "return", "length", "offline_steps", "env_steps", "gradient_steps", "wall_time")
+PACKAGES = ("qc_sb3", "torch", "stable_baselines3", "gymnasium", "minari", "numpy", "ogbench", "mujoco", "robosuite")
+# Offline gradient steps between two progress updates.
+OFFLINE_PIECE = 1000
+
+# Called with an event name ("evaluated": the CSV has the new row; "checkpointed": the checkpoint is current) and the
+# run; a hook that raises stops the run there, as a kill would.
+RunHook = Callable[[str, RunSpec], None]
+
+
+class RunConflictError(RuntimeError):
+    """A run folder holds the results of a different configuration."""
+
+
+@dataclass(frozen=True)
+class EvaluationPoint:
+    """
+    One scheduled evaluation.
+
+    :param phase: ``offline`` or ``online``
+    :param phase_step: Steps of the phase done when it is taken
+    """
+
+    phase: str
+    phase_step: int
+
+
+def evaluation_points(run: RunSpec) -> list[EvaluationPoint]:
+    """
+    The evaluations of a run, in order: every ``eval_interval`` steps of each phase (whose last is the phase's
+    end), plus one before training with ``eval_at_start``.
+
+    :param run: The run
+    :return: The points
+    """
+    protocol = run.protocol
+    points = []
+    if protocol.eval_at_start:
+        points.append(EvaluationPoint("offline" if run.offline_steps else "online", 0))
+    points += [
+        EvaluationPoint("offline", step)
+        for step in range(protocol.eval_interval, run.offline_steps + 1, protocol.eval_interval)
+    ]
+    points += [
+        EvaluationPoint("online", step)
+        for step in range(protocol.eval_interval, protocol.online_steps + 1, protocol.eval_interval)
+    ]
+    return points
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and of the packages a run's results depend on (``not installed`` for absent ones)."""
+    versions = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def check_run_folder(run: RunSpec) -> None:
+    """
+    Refuse a run folder that holds another configuration's results (a folder without results, e.g. of a run that
+    failed before its first checkpoint, is taken over).
+
+    :param run: The run
+    """
+    path = Path(run.run_dir) / CONFIG_FILE
+    if not path.exists() or (latest_checkpoint(run.run_dir) is None and not is_done(run)):
+        return
+    saved, wanted = read_json(path), _as_json(run.record())
+    if saved != wanted:
+        differing = sorted(key for key in {*saved, *wanted} if saved.get(key) != wanted.get(key))
+        raise RunConflictError(
+            f"{run.run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
+            "delete that folder"
+        )
+
+
+def is_done(run: RunSpec) -> bool:
+    """
+    Whether a run has finished.
+
+    :param run: The run
+    :return: True if its folder has the ``DONE`` marker
+    """
+    return (Path(run.run_dir) / DONE_FILE).exists()
+
+
+def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
+    """
+    Run (or resume, or skip) one run in this process.
+
+    :param run: The run, its offline data prepared
+    :param hook: Called after each evaluation and each checkpoint (tests use it to stop a run mid-way)
+    :return: A summary: ``run``, ``status`` (``done`` or ``skipped``), ``offline_success``, ``online_success``,
+        ``wall_time``
+    """
+    run_dir = Path(run.run_dir)
+    points = evaluation_points(run)
+    if is_done(run):
+        # Nothing is written: a finished run's folder stays as it is.
+        return {"run": run.name, "status": "skipped", **_final_successes(run_dir)}
+    progress = ProgressWriter(run_dir, run.name, run.offline_steps + run.protocol.online_steps)
+    check_run_folder(run)
+    th.set_num_threads(run.torch_threads)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / CONFIG_FILE, _as_json(run.record()))
+    session_start = time.monotonic()
+
+    env = run.make_env(seed=run.seed, **run.env_kwargs)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        model = _new_model(run, env)
+        state = CheckpointState("offline", 0, 0, 0, 0.0)
+    else:
+        folder, state = checkpoint
+        model = _resumed_model(run, env, folder)
+    _record_versions(run_dir, state)
+    earlier_wall_time = state.wall_time
+    rows = _read_rows(run_dir / EVAL_FILE)[: state.evaluations_done]
+    # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.
+    _write_rows(run_dir / EVAL_FILE, rows)
+    loggers = {phase: _tensorboard_logger(run_dir, phase) for phase in ("offline", "online")}
+    try:
+        for index in range(state.evaluations_done, len(points)):
+            point = points[index]
+            model.set_logger(loggers[point.phase])
+            _advance(model, run, point, progress)
+            eval_env = _evaluation_env(run, index)
+            try:
+                results = evaluate_success(model, eval_env, run.protocol.eval_episodes, warn=False)
+            finally:
+                eval_env.close()
+            wall_time = earlier_wall_time + time.monotonic() - session_start
+            rows.append(_row(run, point, model, results, wall_time))
+            _write_rows(run_dir / EVAL_FILE, rows)
+            _log_evaluation(model.logger, results, model, point)
+            progress.update(
+                point.phase,
+                point.phase_step,
+                _phase_steps(run, point.phase),
+                _steps_done(model),
+                results["success"],
+                force=True,
+            )
+            if hook is not None:
+                hook("evaluated", run)
+            state = CheckpointState(point.phase, index + 1, model.offline_steps_done, model.num_timesteps, wall_time)
+            save_checkpoint(run_dir, model, state)
+            if hook is not None:
+                hook("checkpointed", run)
+    finally:
+        for logger in loggers.values():
+            logger.close()
+        env.close()
+    summary = {"run": run.name, "status": "done", **_final_successes(run_dir), "wall_time": state.wall_time}
+    write_json(run_dir / DONE_FILE, {"finished": _now(), **summary})
+    progress.finish("done")
+    return summary
+
+
+def execute_run_safely(run: RunSpec) -> dict[str, Any]:
+    """
+    :func:`execute_run`, with a failure reported (in the summary and the run's progress) instead of raised, so that
+    one failing run does not stop the others.
+
+    :param run: The run
+    :return: The summary; a failed run has ``status`` ``failed`` and its ``error``
+    """
+    try:
+        return execute_run(run)
+    except Exception as error:
+        message = "".join(traceback.format_exception(error))
+        progress = ProgressWriter(run.run_dir, run.name, 1)
+        progress.finish("failed", error=f"{type(error).__name__}: {error}")
+        write_text(Path(run.run_dir) / "error.txt", message)
+        return {"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"}
+
+
+def _as_json(data: Any) -> Any:
+    """Data as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(data))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _algorithm(run: RunSpec) -> type[ChunkedOffPolicyAlgorithm]:
+    module, name = run.algorithm.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _constructor_arguments(run: RunSpec) -> dict[str, Any]:
+    arguments = dict(run.hyperparameters)
+    if isinstance(arguments.get("train_freq"), list):
+        arguments["train_freq"] = tuple(arguments["train_freq"])  # YAML has no tuples; SB3 wants (n, unit)
+    if run.offline_phase:
+        arguments["offline_gradient_steps"] = run.protocol.offline_steps
+    return arguments
+
+
+def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
+    offline = open_offline_data(run.offline_data) if run.offline_data is not None else None
+    return _algorithm(run)(
+        "MlpPolicy",
+        env,
+        offline_dataset=offline,
+        seed=run.seed,
+        device=run.device,
+        tensorboard_log=str(Path(run.run_dir) / "tensorboard"),
+        verbose=0,
+        **_constructor_arguments(run),
+    )
+
+
+def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
+    model = _algorithm(run).load(folder / "model.zip", env=env, device=run.device)
+    model.load_replay_buffer(folder / "replay_buffer.pkl")
+    if run.offline_data is not None and run.offline_data.swap_interval is not None:
+        # The buffer holds the current shard; the model needs the others for the swaps to come.
+        offline = open_offline_data(run.offline_data)
+        assert isinstance(offline, OfflineShards)
+        model.offline_dataset = offline
+    restore_rng_states(model, load_rng_states(folder))
+    # load() reseeded the env with the run's seed: a resumed online phase starts its new episode from another seed.
+    model.env.seed(run.seed + model.num_timesteps)
+    _close_interrupted_episode(model)
+    return model
+
+
+def _close_interrupted_episode(model: ChunkedOffPolicyAlgorithm) -> None:
+    """Mark the last stored online step of each env as an episode end (truncation) if it was not one."""
+    buffer = model.replay_buffer
+    if buffer.size() == 0:
+        return
+    last = (buffer.pos - 1) % buffer.buffer_size
+    open_episode = buffer.dones[last] == 0
+    buffer.timeouts[last][open_episode] = 1.0
+    buffer.dones[last][open_episode] = 1.0
+
+
+def _record_versions(run_dir: Path, state: CheckpointState) -> None:
+    path = run_dir / VERSIONS_FILE
+    sessions = read_json(path)["sessions"] if path.exists() else []
+    sessions.append({"started": _now(), "from_evaluation": state.evaluations_done, "versions": package_versions()})
+    write_json(path, {"sessions": sessions})
+
+
+def _tensorboard_logger(run_dir: Path, phase: str) -> Logger:
+    return configure(str(run_dir / "tensorboard" / phase), ["tensorboard"])
+
+
+def _phase_steps(run: RunSpec, phase: str) -> int:
+    return run.offline_steps if phase == "offline" else run.protocol.online_steps
+
+
+def _steps_done(model: ChunkedOffPolicyAlgorithm) -> int:
+    return model.offline_steps_done + model.num_timesteps
+
+
+def _advance(model: ChunkedOffPolicyAlgorithm, run: RunSpec, point: EvaluationPoint, progress: ProgressWriter) -> None:
+    """Train until the evaluation point: offline gradient steps, or online env steps."""
+    phase_steps = _phase_steps(run, point.phase)
+    if point.phase == "offline":
+        while model.offline_steps_done < point.phase_step:
+            model.pretrain(gradient_steps=min(OFFLINE_PIECE, point.phase_step - model.offline_steps_done))
+            progress.update("offline", model.offline_steps_done, phase_steps, _steps_done(model))
+    elif model.num_timesteps < point.phase_step:
+        model.learn(
+            total_timesteps=point.phase_step - model.num_timesteps,
+            reset_num_timesteps=False,
+            callback=_OnlineProgress(progress, phase_steps),
+            tb_log_name="online",
+        )
+
+
+class _OnlineProgress(BaseCallback):
+    """Reports the online phase's progress (the writer throttles itself)."""
+
+    def __init__(self, progress: ProgressWriter, phase_steps: int):
+        super().__init__()
+        self.progress = progress
+        self.phase_steps = phase_steps
+
+    def _on_step(self) -> bool:
+        model: Any = self.model
+        self.progress.update("online", model.num_timesteps, self.phase_steps, _steps_done(model))
+        return True
+
+
+def _evaluation_env(run: RunSpec, index: int) -> DummyVecEnv:
+    """A fresh evaluation env whose episodes depend only on the run's seed and the evaluation's index."""
+    seed = int(np.random.SeedSequence([run.seed, index]).generate_state(1)[0])
+    env = DummyVecEnv([lambda: Monitor(run.make_env(seed=None, **run.env_kwargs))])
+    env.seed(seed)
+    return env
+
+
+def _row(
+    run: RunSpec, point: EvaluationPoint, model: ChunkedOffPolicyAlgorithm, results: dict[str, float], wall_time: float
+) -> dict[str, Any]:
+    # The paper's x-axis: offline gradient steps, then the offline budget plus online env steps.
+    step = point.phase_step if point.phase == "offline" else run.protocol.offline_steps + point.phase_step
+    return {
+        "step": step,
+        "phase": point.phase,
+        "success": results["success"],
+        "return": results["return"],
+        "length": results["length"],
+        "offline_steps": model.offline_steps_done,
+        "env_steps": model.num_timesteps,
+        "gradient_steps": model._n_updates,
+        "wall_time": round(wall_time, 3),
+    }
+
+
+def _log_evaluation(
+    logger: Logger, results: dict[str, float], model: ChunkedOffPolicyAlgorithm, point: EvaluationPoint
+) -> None:
+    for name, value in results.items():
+        logger.record(f"eval/{name}", value)
+    logger.dump(step=model.offline_steps_done if point.phase == "offline" else model.num_timesteps)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as file:
+        return list(csv.DictReader(file))
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=EVAL_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())
+
+
+def _final_successes(run_dir: Path) -> dict[str, float | None]:
+    """Success at the end of each phase, from the evaluation CSV."""
+    rows = _read_rows(run_dir / EVAL_FILE)
+    last = {row["phase"]: float(row["success"]) for row in rows}
+    return {"offline_success": last.get("offline"), "online_success": last.get("online")}

@@ -1,0 +1,170 @@
+"""The report: bootstrap intervals against exact enumeration, curves, tables and plots of a synthetic results folder."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.report import main, paper_curve_on_axis, paper_task_name, plot_task, read_paper_curves, write_report
+from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+
+CUBE_DOUBLE_2 = "cube-double-play-singletask-task2-v0"
+CUBE_DOUBLE_3 = "cube-double-play-singletask-task3-v0"
+SCENE_1 = "scene-play-singletask-task1-v0"
+
+
+def exact_bootstrap_quantiles(groups: list[list[float]], confidence: float = 0.95) -> tuple[float, float]:
+    """
+    The quantiles of the exact bootstrap distribution of the mean of group means, by enumerating every equally likely
+    resample (each group's values drawn with replacement, groups independent).
+    """
+    per_group = [list(itertools.product(group, repeat=len(group))) for group in groups]
+    counts: dict[Fraction, int] = {}
+    for combination in itertools.product(*per_group):
+        value = sum(Fraction(sum(Fraction(str(x)) for x in draw), len(draw)) for draw in combination) / len(groups)
+        counts[value] = counts.get(value, 0) + 1
+    total = sum(counts.values())
+    tail = Fraction(1 - confidence).limit_denominator(1000) / 2
+    cumulative, low, high = Fraction(0), None, None
+    for value in sorted(counts):
+        previous = cumulative
+        cumulative += Fraction(counts[value], total)
+        # Keep clear of the atoms' edges, where a Monte Carlo percentile may fall either side.
+        if low is None and cumulative >= tail:
+            assert (cumulative - tail > Fraction(1, 100) and tail - previous > Fraction(1, 100)) or previous == 0
+            low = float(value)
+        if high is None and cumulative >= 1 - tail:
+            assert cumulative - (1 - tail) > Fraction(1, 100) and (1 - tail) - previous > Fraction(1, 100)
+            high = float(value)
+    return low, high
+
+
+def test_stratified_bootstrap_matches_exact_enumeration():
+    groups = [[0.0, 1.0], [0.0, 0.0, 1.0]]
+    point, low, high = stratified_bootstrap_ci(groups, seed=3)
+    assert point == pytest.approx((0.5 + 1 / 3) / 2)
+    assert (low, high) == pytest.approx(exact_bootstrap_quantiles(groups))
+    assert (low, high) == pytest.approx((0.0, (1 + 2 / 3) / 2))  # worked by hand: P(stat = 1) = 1/4 * 1/27 < 2.5%
+
+
+def test_bootstrap_of_one_group_matches_exact_enumeration():
+    values = [0.1, 0.5, 0.5, 0.9]
+    mean, low, high = bootstrap_mean_ci(values, seed=1)
+    assert mean == pytest.approx(0.5)
+    assert (low, high) == pytest.approx(exact_bootstrap_quantiles([values]))
+    assert (low, high) == pytest.approx((0.2, 0.8))
+
+
+def test_bootstrap_is_seeded_and_collapses_on_one_seed():
+    assert stratified_bootstrap_ci([[0.1, 0.5, 0.7]], seed=4) == stratified_bootstrap_ci([[0.1, 0.5, 0.7]], seed=4)
+    assert bootstrap_mean_ci([0.3]) == pytest.approx((0.3, 0.3, 0.3))
+    with pytest.raises(ValueError):
+        stratified_bootstrap_ci([[0.1], []])
+
+
+def test_task_names_map_to_the_papers():
+    assert paper_task_name(CUBE_DOUBLE_2) == "cube-double-play-task2"
+    assert paper_task_name("puzzle-3x3-play-singletask-task5-v0") == "puzzle-3x3-play-task5"
+    assert paper_task_name("square-mh-low_dim") == "square"
+    assert paper_task_name("point-reach") is None
+    paper = read_paper_curves()
+    assert list(paper.columns) == ["suite", "task", "method", "step", "phase", "success_mean", "ci95_low", "ci95_high"]
+    assert {"cube-double-play-task2", "lift"} <= set(paper["task"])
+
+
+def test_paper_curves_are_stretched_onto_the_protocol():
+    paper = pd.DataFrame({"step": [0, 500_000, 1_000_000, 1_500_000, 2_000_000], "success_mean": [0, 0.1, 0.2, 0.3, 0.4]})
+    mapped = paper_curve_on_axis(paper, offline_budget=200, online_budget=1000)
+    assert mapped["step"].tolist() == [0.0, 100.0, 200.0, 700.0, 1200.0]
+
+
+# Synthetic results: (task, method, seed) -> success at steps 100, 200 (offline) and 300, 400 (online).
+SYNTHETIC = {
+    (CUBE_DOUBLE_2, "QC", 0): [0.1, 0.4, 0.6, 1.0],
+    (CUBE_DOUBLE_2, "QC", 1): [0.3, 0.2, 0.8, 0.8],
+    (CUBE_DOUBLE_3, "QC", 0): [0.0, 0.0, 0.5, 0.5],
+    (CUBE_DOUBLE_3, "QC", 1): [0.0, 0.2, 0.1, 0.3],
+    (CUBE_DOUBLE_3, "QC", 2): [0.0, 0.5, 0.6, 0.6],
+    (SCENE_1, "QC", 0): [0.5, 0.5, 0.5, 0.9],
+    (CUBE_DOUBLE_2, "RLPD", 0): [None, None, 0.2, 0.4],
+}
+DOMAINS = {CUBE_DOUBLE_2: "cube-double", CUBE_DOUBLE_3: "cube-double", SCENE_1: "scene"}
+
+
+@pytest.fixture
+def results_dir(tmp_path) -> Path:
+    """A results folder as the runner writes it, offline budget 200 and online budget 200, evaluated every 100."""
+    for (task, method, seed), successes in SYNTHETIC.items():
+        run_dir = tmp_path / "results" / task / method / f"seed{seed}"
+        run_dir.mkdir(parents=True)
+        config = {
+            "task": task,
+            "suite": "ogbench",
+            "domain": DOMAINS[task],
+            "method": method,
+            "seed": seed,
+            "protocol": {"offline_steps": 200, "online_steps": 200, "eval_interval": 100, "eval_episodes": 5},
+        }
+        (run_dir / "config.json").write_text(json.dumps(config))
+        rows = [
+            {"step": step, "phase": "offline" if step <= 200 else "online", "success": success, "return": -1.0}
+            for step, success in zip((100, 200, 300, 400), successes, strict=True)
+            if success is not None
+        ]
+        pd.DataFrame(rows).to_csv(run_dir / "eval.csv", index=False)
+    return tmp_path / "results"
+
+
+def test_report_writes_curves_tables_and_plots(results_dir, tmp_path):
+    out = write_report(results_dir, tmp_path / "report")
+    for task in (CUBE_DOUBLE_2, CUBE_DOUBLE_3, SCENE_1):
+        png = out / f"{task}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves = pd.read_csv(out / "curves.csv")
+    row = curves[(curves["task"] == CUBE_DOUBLE_3) & (curves["method"] == "QC") & (curves["step"] == 300)].iloc[0]
+    assert row["n_seeds"] == 3 and row["success_mean"] == pytest.approx((0.5 + 0.1 + 0.6) / 3)
+    assert 0.1 <= row["ci95_low"] <= row["success_mean"] <= row["ci95_high"] <= 0.6
+    one_seed = curves[(curves["task"] == SCENE_1) & (curves["step"] == 400)].iloc[0]
+    assert (one_seed["success_mean"], one_seed["ci95_low"], one_seed["ci95_high"]) == pytest.approx((0.9, 0.9, 0.9))
+
+    table = pd.read_csv(out / "summary.csv")
+    cell = table[(table["domain"] == "cube-double") & (table["method"] == "QC") & (table["phase"] == "online")].iloc[0]
+    # Mean over the two tasks of each task's mean over seeds, at the online end (step 400).
+    assert cell["success"] == pytest.approx(((1.0 + 0.8) / 2 + (0.5 + 0.3 + 0.6) / 3) / 2)
+    assert (cell["tasks"], cell["runs"]) == (2, 5)
+    offline = table[(table["domain"] == "cube-double") & (table["method"] == "QC") & (table["phase"] == "offline")].iloc[0]
+    assert offline["success"] == pytest.approx(((0.4 + 0.2) / 2 + (0.0 + 0.2 + 0.5) / 3) / 2)
+    # Over the suite's two domains: three tasks as strata.
+    overall = table[(table["domain"] == "all") & (table["method"] == "QC") & (table["phase"] == "online")].iloc[0]
+    assert overall["success"] == pytest.approx(((1.0 + 0.8) / 2 + (0.5 + 0.3 + 0.6) / 3 + 0.9) / 3)
+    # RLPD has no offline phase: only an online cell.
+    assert set(table[table["method"] == "RLPD"]["phase"]) == {"online"}
+    markdown = (out / "summary.md").read_text()
+    assert "| ogbench | cube-double | QC | 2 | 5 |" in markdown
+    assert "| ogbench | cube-double | RLPD | 1 | 1 | - | 0.40 [0.40, 0.40] |" in markdown
+
+
+def test_the_papers_curve_is_drawn_where_the_task_matches(results_dir, tmp_path):
+    from benchmarks.report import curve_statistics, load_results
+
+    results = load_results(results_dir)
+    curves = curve_statistics(results)
+    paper = read_paper_curves()
+    for task, expected in ((CUBE_DOUBLE_2, True), ("point-reach", False)):
+        task_results = results[results["task"] == CUBE_DOUBLE_2].assign(task=task)
+        task_curves = curves[curves["task"] == CUBE_DOUBLE_2].assign(task=task)
+        assert plot_task(task, task_curves, task_results, paper, tmp_path / f"{task}.png") is expected
+    drawn = paper[(paper["task"] == "cube-double-play-task2") & (paper["method"] == "QC")]
+    assert len(drawn) == 21 and np.isclose(drawn["success_mean"].max(), 1.0)
+
+
+def test_report_command(results_dir, capsys):
+    assert main([str(results_dir)]) == 0
+    assert (results_dir / "report" / "summary.md").exists()
+    assert "| suite | domain | method |" in capsys.readouterr().out
