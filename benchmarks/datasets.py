@@ -31,7 +31,8 @@ def minari_root(path: str | os.PathLike) -> Iterator[Path]:
     :param path: The Minari root folder (created if missing)
     :return: The folder
     """
-    root = Path(path)
+    # Absolute: Minari joins a relative root with itself when it writes.
+    root = Path(path).resolve()
     root.mkdir(parents=True, exist_ok=True)
     previous = os.environ.get("MINARI_DATASETS_PATH")
     os.environ["MINARI_DATASETS_PATH"] = str(root)

@@ -256,3 +256,15 @@ def test_cli_convert_with_custom_id_and_overwrite(npz_files, tmp_path, capsys):
     assert minari.load_dataset("qctest/cli-v0").env_spec.id == "cube-double-singletask-task2-v0"
     assert main(["convert", str(tmp_path), "--task", task_1, "--id", "qctest/x-v0"]) == 2
     assert "--id names one dataset" in capsys.readouterr().err
+
+
+def test_relative_minari_root(npz_files, tmp_path, monkeypatch):
+    # Minari joins a relative root with itself when it writes: the converter must hand it an absolute one.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", "relative/minari")
+    task = "cube-double-play-singletask-task1-v0"
+    dataset_id = convert_to_minari(npz_files["cube-double"], task)
+    assert (tmp_path / "relative" / "minari" / dataset_id / "data" / "main_data.hdf5").is_file()
+    np.testing.assert_array_equal(
+        load_offline_transitions(dataset_id).observations, ogbench_train_split(task, npz_files["cube-double"])["observations"]
+    )

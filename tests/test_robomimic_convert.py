@@ -184,3 +184,12 @@ def test_bad_input_fails_before_any_dataset_is_written(tmp_path: Path, lift_file
     with pytest.raises(ValueError, match=r"demo_2 has rewards.*sparse rewards 0/1"):
         convert_to_minari(dense, "lift")
     assert not minari_root.exists() or list(minari_root.iterdir()) == []
+
+
+def test_relative_minari_root(lift_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Minari joins a relative root with itself when it writes: the converter must hand it an absolute one.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", "relative/minari")
+    dataset_id = convert_to_minari(lift_file, "lift")
+    assert (tmp_path / "relative" / "minari" / dataset_id / "data" / "main_data.hdf5").is_file()
+    assert len(load_offline_transitions(dataset_id).rewards) == sum(DEMOS.values())

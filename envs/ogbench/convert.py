@@ -353,7 +353,8 @@ def _write_minari_dataset(
     folder behind). Minari is pointed at the staging folder through ``MINARI_DATASETS_PATH`` meanwhile: other Minari
     calls in concurrent threads of this process would see that root.
     """
-    root = get_dataset_path()
+    # Absolute: Minari joins a relative root with itself when it writes.
+    root = Path(get_dataset_path()).resolve()
     namespace = parse_dataset_id(dataset_id)[0]
     staging = Path(tempfile.mkdtemp(dir=root, prefix=".qc_sb3-staging-"))
     try:

@@ -242,7 +242,8 @@ def convert_to_minari(
 def _minari_root() -> Path:
     """The folder Minari keeps its local datasets in (``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``)."""
     root = os.environ.get("MINARI_DATASETS_PATH")
-    return Path(root) if root is not None else Path.home() / ".minari" / "datasets"
+    # Absolute: Minari joins a relative root with itself when it writes.
+    return Path(root).resolve() if root is not None else Path.home() / ".minari" / "datasets"
 
 
 @contextmanager
