@@ -10,8 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,6 @@ import numpy as np
 from benchmarks.atomic import read_json, write_json
 from benchmarks.config import RunSpec
 from benchmarks.tasks import DatasetRequest, OfflineData, get_suite, get_task
-
-
-@contextmanager
-def minari_root(path: str | os.PathLike) -> Iterator[Path]:
-    """
-    Point Minari at ``path`` (``MINARI_DATASETS_PATH``) for the duration of the block.
-
-    :param path: The Minari root folder (created if missing)
-    :return: The folder
-    """
-    # Absolute: Minari joins a relative root with itself when it writes.
-    root = Path(path).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    try:
-        yield root
-    finally:
-        if previous is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
 
 
 def file_fingerprint(path: str | os.PathLike) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from benchmarks.datasets import cached, file_fingerprint, minari_root
+from benchmarks.datasets import cached, file_fingerprint
 from benchmarks.tasks import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec, expand_path
+from envs.minari_root import minari_root
 
 # spec §5: seeds per task in the paper.
 OGBENCH_SEEDS = 4

@@ -34,6 +34,7 @@ from numpy.lib import format as npy_format
 from ogbench.relabel_utils import relabel_dataset
 from tqdm import tqdm
 
+from envs.minari_root import minari_root
 from envs.ogbench.tasks import parse_task, singletask_env_id
 
 # Families whose npz files carry button_states (upstream: envs with `_cur_button_states`).
@@ -358,7 +359,7 @@ def _write_minari_dataset(
     namespace = parse_dataset_id(dataset_id)[0]
     staging = Path(tempfile.mkdtemp(dir=root, prefix=".qc_sb3-staging-"))
     try:
-        with _minari_root(staging), warnings.catch_warnings():
+        with minari_root(staging), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
             minari.create_dataset_from_buffers(
                 dataset_id,
@@ -390,17 +391,3 @@ def _write_minari_dataset(
             create_namespace(namespace)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _minari_root(path: Path) -> Iterator[None]:
-    """Point Minari (which reads ``MINARI_DATASETS_PATH`` at every call) at another root for the duration."""
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(path)
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous

@@ -21,6 +21,7 @@ import numpy as np
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
+from envs.minari_root import minari_root
 from envs.robomimic.env import env_spec
 from envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
 
@@ -250,16 +251,8 @@ def _minari_root() -> Path:
 def _staging_root(root: Path) -> Iterator[Path]:
     """A temporary Minari root inside the real one ``root`` (same file system, so the final move is a rename)."""
     root.mkdir(parents=True, exist_ok=True)
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging:
-        os.environ["MINARI_DATASETS_PATH"] = staging
-        try:
-            yield Path(staging)
-        finally:
-            if previous is None:
-                del os.environ["MINARI_DATASETS_PATH"]
-            else:
-                os.environ["MINARI_DATASETS_PATH"] = previous
+    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging, minari_root(staging) as staging_root:
+        yield staging_root
 
 
 def _move_into_place(staging: Path, root: Path, dataset_id: str) -> None:
