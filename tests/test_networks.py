@@ -370,6 +370,43 @@ def test_euler_with_a_real_vector_field_matches_a_hand_loop(mode: str) -> None:
     assert expected.abs().max() > 1  # the clip is exercised
 
 
+@pytest.mark.parametrize("flow_steps", [1, 3, 10])
+@pytest.mark.parametrize("hidden_dims", [(16,), (16, 24, 8)])
+def test_fused_euler_path_matches_a_hand_loop(flow_steps: int, hidden_dims: tuple[int, ...]) -> None:
+    # Without autograd, on CPU float32, a flow without LayerNorm takes fused_euler (the bias of the last layer carried
+    # outside the loop); the hand loop is the reference's a <- a + f(s, a, t) / T in float64.
+    generator = th.Generator().manual_seed(21)
+    th.manual_seed(21)
+    field = FlowVectorField(4, 3, hidden_dims=hidden_dims)
+    randomize_(field, generator, std=0.4)
+    observations, noise = th.randn(9, 4, generator=generator), th.randn(9, 3, generator=generator)
+    noise_before = noise.clone()
+    with th.no_grad():
+        assert field.fuses_euler(observations)
+        actions = euler_flow_actions(field, observations, noise, flow_steps)
+    layers, _ = mlp_layers(field.mlp)
+    expected = noise.double()
+    for i in range(flow_steps):
+        t = th.full((9, 1), i / flow_steps, dtype=th.float64)
+        expected = expected + mlp_by_hand(th.cat((observations.double(), expected, t), 1), layers, None) / flow_steps
+    assert_close(actions, expected.clamp(-1, 1), tol=1e-4)
+    assert expected.abs().max() > 1 and (expected.abs() < 1).any()  # both sides of the clip
+    assert th.equal(noise, noise_before)  # the starting points are not overwritten
+
+
+def test_fused_euler_is_only_taken_where_it_applies() -> None:
+    observations = th.zeros(2, 3)
+    plain, normed = FlowVectorField(3, 2, hidden_dims=(8,)), FlowVectorField(3, 2, hidden_dims=(8,), layer_norm=True)
+    with th.no_grad():
+        assert plain.fuses_euler(observations)
+        assert not normed.fuses_euler(observations)  # LayerNorm cannot be fused into the matmul
+        assert not FlowVectorField(3, 2, hidden_dims=()).fuses_euler(observations)  # no hidden layer
+        assert not plain.fuses_euler(observations.double())
+        with pytest.raises(ValueError, match="flow_steps"):
+            plain.fused_euler(observations, th.zeros(2, 2), 0)
+    assert not plain.fuses_euler(observations)  # autograd on: the differentiable loop
+
+
 # ---------------------------------------------------------------------------------------------------- best-of-N
 
 
@@ -442,6 +479,21 @@ def test_best_of_n_rejects_bad_arguments() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- gradients
+
+
+def test_frozen_critic_gives_the_same_values_and_gradients_only_to_its_inputs() -> None:
+    generator = th.Generator().manual_seed(14)
+    th.manual_seed(14)
+    critic = CriticEnsemble(3, 2, hidden_dims=(8, 8), n_critics=2).double()
+    randomize_(critic, generator)
+    observations = th.randn(5, 3, generator=generator, dtype=th.float64)
+    actions = th.randn(5, 2, generator=generator, dtype=th.float64, requires_grad=True)
+    frozen_q = critic(observations, actions, frozen=True)
+    assert th.equal(frozen_q, critic(observations, actions))
+    frozen_q.sum().backward()
+    assert all(parameter.grad is None for parameter in critic.parameters())
+    assert actions.grad is not None and actions.grad.abs().sum() > 0
+    assert th.autograd.gradcheck(lambda a: critic(observations, a, frozen=True), (actions,))
 
 
 def test_critic_gradients_wrt_actions_and_per_member_isolation() -> None:

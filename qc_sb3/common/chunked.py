@@ -14,7 +14,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import configure_logger, polyak_update
+from stable_baselines3.common.utils import configure_logger
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import (
@@ -259,7 +259,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 optimizer.zero_grad(set_to_none=True)
             self._optimized_loss(losses).backward()
             # spec §3: target update from the critic's weights before this step, as the reference does.
-            polyak_update(policy.critic.parameters(), policy.critic_target.parameters(), self.tau)
+            # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
+            th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
             for optimizer in optimizers:
                 optimizer.step()
             for name, value in losses.items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch as th
-from torch.func import functional_call
 
 from qc_sb3.common.networks import CriticEnsemble, FlowVectorField
 
@@ -122,6 +121,5 @@ def q_loss(critic: CriticEnsemble, observations: th.Tensor, actions: th.Tensor) 
     :param actions: The actor's unclipped actions mu(s, z), shape (B, action_dim)
     :return: The loss (scalar)
     """
-    detached = {name: parameter.detach() for name, parameter in critic.named_parameters()}
-    q_values = functional_call(critic, detached, (observations, actions.clamp(-1.0, 1.0)))
+    q_values = critic(observations, actions.clamp(-1.0, 1.0), frozen=True)
     return -q_values.mean(dim=0).mean()

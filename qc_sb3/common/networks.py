@@ -235,28 +235,36 @@ class EnsembleMLP(nn.Module):
         self._max_hidden_dim = max(hidden_dims, default=0)
         self._scratch = _Scratch()
 
-    def forward(self, x: th.Tensor) -> th.Tensor:
+    def forward(self, x: th.Tensor, frozen: bool = False) -> th.Tensor:
         """
         :param x: Inputs of shape ``(B, input_dim)``, shared by all members
+        :param frozen: Use detached parameters: gradients reach ``x`` but never the parameters
         :return: Outputs of shape ``(K, B, output_dim)``
         """
-        n_members, d_in, d_out = self.weights[0].shape
-        rows, last = x.shape[0], len(self.weights) - 1
+        weights, biases = list(self.weights), list(self.biases)
+        norms = None
+        if self.norm_weights is not None and self.norm_biases is not None:
+            norms = list(zip(self.norm_weights, self.norm_biases, strict=True))
+        if frozen:
+            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
+            norms = None if norms is None else [(scale.detach(), offset.detach()) for scale, offset in norms]
+        n_members, d_in, d_out = weights[0].shape
+        rows, last = x.shape[0], len(weights) - 1
         numel = n_members * rows * self._max_hidden_dim
         pre_block, post_block = (None, None) if th.is_grad_enabled() or last == 0 else self._scratch.take(x, numel)
-        # First layer of all members as one matmul: (B, in) @ (in, K * out) -> (B, K * out)  (spec §2: Linear)
-        all_weights = self.weights[0].permute(1, 0, 2).reshape(d_in, n_members * d_out)
-        h = th.addmm(self.biases[0].reshape(-1), x, all_weights, out=_region(pre_block, (rows, n_members * d_out)))
-        h = h.view(rows, n_members, d_out).transpose(0, 1)  # (K, B, out), a view
+        # First layer of all members as one batched matmul on the shared input, a stride-0 view of it (spec §2:
+        # Linear): its (K, B, out) output is contiguous, so LayerNorm and its backward need no copy.
+        first_out = _region(pre_block, (n_members, rows, d_out)) if last > 0 else None
+        h = th.baddbmm(biases[0].unsqueeze(1), x.expand(n_members, rows, d_in), weights[0], out=first_out)
         for i in range(1, last + 1):
-            shape = (n_members, rows, self.weights[i].shape[1])
+            shape = (n_members, rows, weights[i].shape[1])
             h = _gelu_tanh(h, out=_region(post_block, shape))  # spec §2: -> GELU(tanh)
-            if self.norm_weights is not None and self.norm_biases is not None:
+            if norms is not None:
                 # spec §2: -> LayerNorm(eps 1e-6), each member with its own scale and offset.
-                scale, offset = self.norm_weights[i - 1].unsqueeze(1), self.norm_biases[i - 1].unsqueeze(1)
-                h = _layer_norm(h, scale, offset, in_place=post_block is not None)
-            out = _region(pre_block, (n_members, rows, self.weights[i].shape[2])) if i < last else None
-            h = th.baddbmm(self.biases[i].unsqueeze(1), h, self.weights[i], out=out)  # spec §2: Linear
+                scale, offset = norms[i - 1]
+                h = _layer_norm(h, scale.unsqueeze(1), offset.unsqueeze(1), in_place=post_block is not None)
+            out = _region(pre_block, (n_members, rows, weights[i].shape[2])) if i < last else None
+            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i], out=out)  # spec §2: Linear
         return h
 
 
@@ -283,13 +291,15 @@ class CriticEnsemble(nn.Module):
         self.n_critics = n_critics
         self.net = EnsembleMLP(n_critics, observation_dim + action_dim, hidden_dims, 1, layer_norm=layer_norm)
 
-    def forward(self, observations: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    def forward(self, observations: th.Tensor, actions: th.Tensor, frozen: bool = False) -> th.Tensor:
         """
         :param observations: Observations of shape ``(B, observation_dim)``
         :param actions: Actions of shape ``(B, action_dim)``
+        :param frozen: Use detached parameters: gradients reach the inputs but never the critic (the actor's Q loss)
         :return: Q-values of shape ``(K, B)``
         """
-        return self.net(th.cat((observations, actions), dim=-1)).squeeze(-1)  # spec §2: Q(concat[s, a]) -> (K, B)
+        # spec §2: Q(concat[s, a]) -> (K, B)
+        return self.net(th.cat((observations, actions), dim=-1), frozen=frozen).squeeze(-1)
 
 
 class FlowVectorField(nn.Module):
@@ -351,6 +361,52 @@ class FlowVectorField(nn.Module):
             pre = pre.add_(time_weight, alpha=t)
         return self.mlp.forward_from_first_layer(pre)
 
+    def fuses_euler(self, observations: th.Tensor) -> bool:
+        """
+        Whether :meth:`fused_euler` can integrate from these observations: autograd off, float32 on CPU with PyTorch's
+        oneDNN op, at least one hidden layer and no LayerNorm (the reference's flow).
+
+        :param observations: The observations the sampler starts from
+        :return: True when :func:`euler_flow_actions` may take the fused path
+        """
+        return self.mlp.norms is None and len(self.mlp.linears) > 1 and _fuses_linear_gelu(observations)
+
+    def fused_euler(self, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
+        """
+        The Euler sampler of :func:`euler_flow_actions` (spec §3) as few, fused calls per step; only where
+        :meth:`fuses_euler` holds. Same values to float32 rounding.
+
+        Each step runs every hidden layer as one oneDNN Linear -> GELU(tanh) call on a buffer that holds
+        concat[s, x, t], and the step itself as one matmul. Both rest on carrying the last layer's bias b_L outside
+        the loop: with t_i = i / T and y_i = a_i - t_i b_L, the update a_{i+1} = a_i + (h_i W_L^T + b_L) / T becomes
+        y_{i+1} = y_i + h_i W_L^T / T, a_T = y_T + b_L, and the first layer sees y_i in place of a_i through its time
+        column: concat[s, a_i, t_i] W^T = concat[s, y_i, t_i] [W_s, W_x, w_t + W_x b_L]^T.
+
+        :param observations: Observations of shape ``(M, observation_dim)``
+        :param noise: Starting points z of shape ``(M, action_dim)``
+        :param flow_steps: Number of Euler steps T
+        :return: Actions of shape ``(M, action_dim)``, clipped to [-1, 1]
+        """
+        if flow_steps < 1:
+            raise ValueError(f"flow_steps must be >= 1, got {flow_steps}")
+        linears = self.mlp.linears
+        first, last = linears[0], linears[-1]
+        actions_in = slice(self.observation_dim, self.observation_dim + self.action_dim)
+        first_weight = first.weight.clone()
+        # Time column w_t + W_x b_L: the time step also carries t_i b_L through the first layer.
+        th.addmv(first.weight[:, -1], first.weight[:, actions_in], last.bias, out=first_weight[:, -1])
+        inputs = th.cat((observations, noise, noise.new_zeros(noise.shape[0], 1)), dim=1)  # concat[s, y_0, t_0]
+        y = noise
+        for i in range(flow_steps):
+            if i > 0:
+                inputs[:, -1] = i / flow_steps  # spec §3: t = i / T
+                inputs[:, actions_in] = y
+            h = inputs
+            for linear, weight in zip(linears[:-1], (first_weight, *(lin.weight for lin in linears[1:-1])), strict=True):
+                h = th.ops.mkldnn._linear_pointwise(h, weight, linear.bias, "gelu", [], "tanh")  # spec §2
+            y = th.addmm(y, h, last.weight.T, alpha=1.0 / flow_steps)  # spec §3: a <- a + f(s, a, t) / T
+        return y.add_(last.bias).clamp_(-1.0, 1.0)  # a_T = y_T + b_L; spec §3: clip once, at the end
+
 
 class OneStepActor(nn.Module):
     """
@@ -391,6 +447,8 @@ def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, n
     :param flow_steps: Number of Euler steps T
     :return: Actions of shape ``(M, action_dim)``
     """
+    if flow_steps > 0 and vector_field.fuses_euler(observations):
+        return vector_field.fused_euler(observations, noise, flow_steps)
     state_term = vector_field.state_term(observations)  # once for all T steps
     actions = noise
     for i in range(flow_steps):

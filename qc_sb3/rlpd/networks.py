@@ -48,18 +48,21 @@ class LayerNormReLUCriticEnsemble(nn.Module):
         self.norm_weights = nn.ParameterList(th.ones(n_critics, d) for d in hidden_dims)
         self.norm_biases = nn.ParameterList(th.zeros(n_critics, d) for d in hidden_dims)
 
-    def forward(self, observations: th.Tensor, actions: th.Tensor) -> th.Tensor:
+    def forward(self, observations: th.Tensor, actions: th.Tensor, frozen: bool = False) -> th.Tensor:
         """
         :param observations: Observations of shape ``(B, observation_dim)``
         :param actions: Actions of shape ``(B, action_dim)``
+        :param frozen: Use detached parameters: gradients reach the inputs but never the critic (the actor's Q loss)
         :return: Q-values of shape ``(K, B)``
         """
+        parameters = [self.weights, self.biases, self.norm_weights, self.norm_biases]
+        weights, biases, scales, offsets = ([p.detach() if frozen else p for p in group] for group in parameters)
         x = th.cat((observations, actions), dim=-1)  # spec §4: Q(concat[s, a])
         h = x.unsqueeze(0).expand(self.n_critics, *x.shape)  # (K, B, in), shared by the members
-        last = len(self.weights) - 1
+        last = len(weights) - 1
         for i in range(last):
-            h = th.baddbmm(self.biases[i].unsqueeze(1), h, self.weights[i])  # spec §4: Linear
+            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i])  # spec §4: Linear
             h = F.layer_norm(h, h.shape[-1:], eps=LAYER_NORM_EPS)  # spec §4: -> LayerNorm, per member below
-            h = th.addcmul(self.norm_biases[i].unsqueeze(1), h, self.norm_weights[i].unsqueeze(1))
+            h = th.addcmul(offsets[i].unsqueeze(1), h, scales[i].unsqueeze(1))
             h = F.relu(h)  # spec §4: -> ReLU
-        return th.baddbmm(self.biases[last].unsqueeze(1), h, self.weights[last]).squeeze(-1)  # spec §4: Linear -> (K, B)
+        return th.baddbmm(biases[last].unsqueeze(1), h, weights[last]).squeeze(-1)  # spec §4: Linear -> (K, B)
