@@ -1,14 +1,18 @@
 """Speed of QC and QC-FQL: gradient steps per second and the latency of one chunk decision.
 
-Run: ``python -m benchmarks.speed [--device cpu] [--repeats 20]``. Two configurations: the paper's default
-(obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256, N 8). Each figure is the median (and
-the best) of ``--repeats`` timed calls after warm-up, from one run: gradient steps/s (one ``train(1)`` call: batch
-sampling, every loss, backward, optimizer and target updates) and one decision (one observation -> one best-of-N
-or one-step chunk, ``policy.predict_chunk``). A plain matmul's GFLOP/s before and after tells how fast the host
-was running: on the shared development machine it varies by up to 40% from one minute to the next.
+Run: ``python -m benchmarks.speed [--device cpu] [--repeats 30]``. Two configurations: the paper's default
+(obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256, N 8). A gradient step is one
+``train(1)`` call (batch sampling, every loss, backward, optimizer and target updates); a decision is one observation
+-> one best-of-N or one-step chunk (``policy.predict_chunk``). Every figure is the median (and the best) of
+``--repeats`` timed calls after warm-up, from one run.
 
-For comparison, the reference JAX code on the 2-core development machine: QC 0.67 and QC-FQL 6.1 steps/s at the
-default, 18 and 45 at the small config; a best-of-32 decision takes 20 ms.
+The shared development machine changes pace by up to 40% from one minute to the next, so the calls are interleaved:
+each round times one call of every model in turn (after an untimed one, which warms the caches as a training loop
+would), and a slow minute slows every figure alike. A plain matmul's
+GFLOP/s, timed in the same rounds, tells how fast the host was running.
+
+The reference JAX code on the 2-core development machine (issue 3): QC 0.67 and QC-FQL 6.1 steps/s at the default,
+18 and 45 at the small config; a best-of-32 decision takes 20 ms. The last column divides by these.
 """
 
 from __future__ import annotations
@@ -59,22 +63,43 @@ def random_dataset(n_steps: int = 20_000, episode_length: int = 500) -> dict[str
     }
 
 
-def timed_seconds(call: Callable[[], object], repeats: int, warmup: int = 2) -> tuple[float, float]:
-    """Median and minimum wall time of ``repeats`` calls after ``warmup`` untimed ones."""
+REFERENCE_STEPS_PER_SECOND = {
+    ("default", "QC"): 0.67,
+    ("default", "QCFQL"): 6.1,
+    ("small", "QC"): 18.0,
+    ("small", "QCFQL"): 45.0,
+}
+REFERENCE_DECISION_MS = {("default", "QC"): 20.0}
+
+
+def interleaved_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+    """
+    Wall times of every call, measured in ``repeats`` rounds that each time every call once, after ``warmup``
+    untimed rounds. In a round each call runs twice and only the second is timed, so that it finds its own data in
+    the caches, as it would in a training loop, rather than the previous call's.
+
+    :param calls: Named calls
+    :param repeats: Number of timed rounds
+    :param warmup: Number of untimed rounds first
+    :return: The ``repeats`` times of each call, in seconds
+    """
     for _ in range(warmup):
-        call()
-    times = []
+        for call in calls.values():
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), min(times)
+        for name, call in calls.items():
+            call()
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
-def matmul_gflops(repeats: int) -> float:
-    """Throughput of a plain float32 8192x512 @ 512x512 matmul now: the machine's pace, to read the other figures by."""
+def matmul_call() -> tuple[Callable[[], object], float]:
+    """A plain float32 8192x512 @ 512x512 matmul and its FLOP count: the machine's pace, to read the other figures by."""
     x, w = th.randn(8192, 512), th.randn(512, 512)
-    return 2 * 8192 * 512 * 512 / timed_seconds(lambda: x @ w, repeats)[0] / 1e9
+    return lambda: x @ w, 2 * 8192 * 512 * 512
 
 
 def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]):
@@ -92,25 +117,37 @@ def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=["QC", "QCFQL"])
     args = parser.parse_args()
 
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
-    print(f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; medians of {args.repeats} calls")
-    print(f"plain matmul before: {matmul_gflops(args.repeats):.0f} GFLOP/s")
-    for config_name in args.configs:
-        for method in args.methods:
-            model = build(method, CONFIGS[config_name], args.device, dataset)
-            step, fastest_step = timed_seconds(lambda model=model: model.train(gradient_steps=1, batch_size=256), args.repeats)
-            decision, _ = timed_seconds(lambda model=model: model.policy.predict_chunk(observation), args.repeats)
-            print(
-                f"{config_name:8s} {method:6s} {1 / step:8.2f} gradient steps/s median ({1 / fastest_step:8.2f} best)   "
-                f"decision {1000 * decision:7.2f} ms median"
-            )
-    print(f"plain matmul after: {matmul_gflops(args.repeats):.0f} GFLOP/s")
+    models = {(c, m): build(m, CONFIGS[c], args.device, dataset) for c in args.configs for m in args.methods}
+    matmul, matmul_flops = matmul_call()
+    calls: dict[str, Callable[[], object]] = {"matmul": matmul}
+    for (config_name, method), model in models.items():
+        calls[f"{config_name} {method} step"] = lambda model=model: model.train(gradient_steps=1, batch_size=256)
+        calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
+    times = interleaved_seconds(calls, args.repeats)
+
+    print(f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; {args.repeats} interleaved rounds")
+    print(f"plain matmul: {matmul_flops / statistics.median(times['matmul']) / 1e9:.0f} GFLOP/s median")
+    header = ("config", "method", "steps/s median (best)", "vs reference", "decision ms", "vs reference")
+    print(f"{header[0]:8s} {header[1]:6s} {header[2]:>22s} {header[3]:>12s} {header[4]:>12s} {header[5]:>12s}")
+    for config_name, method in models:
+        step_times, decision_times = times[f"{config_name} {method} step"], times[f"{config_name} {method} decision"]
+        steps_per_second, decision_ms = 1 / statistics.median(step_times), 1000 * statistics.median(decision_times)
+        reference_steps = REFERENCE_STEPS_PER_SECOND.get((config_name, method))
+        reference_ms = REFERENCE_DECISION_MS.get((config_name, method))
+        step_ratio = f"{steps_per_second / reference_steps:.2f}x" if reference_steps else "-"
+        # A shorter decision is better: the ratio is reference time / ours, so above 1 means faster here too.
+        decision_ratio = f"{reference_ms / decision_ms:.2f}x" if reference_ms else "-"
+        print(
+            f"{config_name:8s} {method:6s} {steps_per_second:10.2f} ({1 / min(step_times):8.2f}) {step_ratio:>12s} "
+            f"{decision_ms:12.2f} {decision_ratio:>12s}"
+        )
 
 
 if __name__ == "__main__":

@@ -395,16 +395,20 @@ class FlowVectorField(nn.Module):
         first_weight = first.weight.clone()
         # Time column w_t + W_x b_L: the time step also carries t_i b_L through the first layer.
         th.addmv(first.weight[:, -1], first.weight[:, actions_in], last.bias, out=first_weight[:, -1])
+        # (weight, bias) of each hidden layer, the first with its new time column
+        hidden = [(first_weight, first.bias), *((linear.weight, linear.bias) for linear in linears[1:-1])]
+        last_weight_t = last.weight.T
         inputs = th.cat((observations, noise, noise.new_zeros(noise.shape[0], 1)), dim=1)  # concat[s, y_0, t_0]
+        action_columns, time_column = inputs[:, actions_in], inputs[:, -1]
         y = noise
         for i in range(flow_steps):
             if i > 0:
-                inputs[:, -1] = i / flow_steps  # spec §3: t = i / T
-                inputs[:, actions_in] = y
+                time_column.fill_(i / flow_steps)  # spec §3: t = i / T
+                action_columns.copy_(y)
             h = inputs
-            for linear, weight in zip(linears[:-1], (first_weight, *(lin.weight for lin in linears[1:-1])), strict=True):
-                h = th.ops.mkldnn._linear_pointwise(h, weight, linear.bias, "gelu", [], "tanh")  # spec §2
-            y = th.addmm(y, h, last.weight.T, alpha=1.0 / flow_steps)  # spec §3: a <- a + f(s, a, t) / T
+            for weight, bias in hidden:
+                h = th.ops.mkldnn._linear_pointwise(h, weight, bias, "gelu", [], "tanh")  # spec §2: Linear -> GELU
+            y = th.addmm(y, h, last_weight_t, alpha=1.0 / flow_steps)  # spec §3: a <- a + f(s, a, t) / T
         return y.add_(last.bias).clamp_(-1.0, 1.0)  # a_T = y_T + b_L; spec §3: clip once, at the end
 
 
