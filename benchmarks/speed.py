@@ -1,18 +1,18 @@
 """Speed of QC and QC-FQL: gradient steps per second and the latency of one chunk decision.
 
-Run: ``python -m benchmarks.speed [--device cpu] [--repeats 30]``. Two configurations: the paper's default
-(obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256, N 8). A gradient step is one
+Run: ``python -m benchmarks.speed [--device cpu] [--rounds 5] [--repeats 10]``. Two configurations: the paper's
+default (obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256, N 8). A gradient step is one
 ``train(1)`` call (batch sampling, every loss, backward, optimizer and target updates); a decision is one observation
--> one best-of-N or one-step chunk (``policy.predict_chunk``). Every figure is the median (and the best) of
-``--repeats`` timed calls after warm-up, from one run.
+-> one best-of-N or one-step chunk (``policy.predict_chunk``). Every figure is the median (and the best) of all timed
+calls, from one run.
 
-The shared development machine changes pace by up to 40% from one minute to the next, so the calls are interleaved:
-each round times one call of every model in turn (after an untimed one, which warms the caches as a training loop
-would), and a slow minute slows every figure alike. A plain matmul's
-GFLOP/s, timed in the same rounds, tells how fast the host was running.
+The shared development machine changes pace by up to 40% from one minute to the next, so the models take turns:
+each round times a block of ``--repeats`` consecutive calls of every model (after two untimed ones), and a slow
+minute slows every figure alike. A plain matmul's GFLOP/s, timed in the same rounds, tells how fast the host was.
 
 The reference JAX code on the 2-core development machine (issue 3): QC 0.67 and QC-FQL 6.1 steps/s at the default,
-18 and 45 at the small config; a best-of-32 decision takes 20 ms. The last column divides by these.
+18 and 45 at the small config; a best-of-32 decision takes 20 ms. The "vs reference" columns compare with these
+(above 1: faster here).
 """
 
 from __future__ import annotations
@@ -72,27 +72,29 @@ REFERENCE_STEPS_PER_SECOND = {
 REFERENCE_DECISION_MS = {("default", "QC"): 20.0}
 
 
-def interleaved_seconds(calls: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+def interleaved_seconds(
+    calls: dict[str, Callable[[], object]], rounds: int, block: int, warmup: int = 2
+) -> dict[str, list[float]]:
     """
-    Wall times of every call, measured in ``repeats`` rounds that each time every call once, after ``warmup``
-    untimed rounds. In a round each call runs twice and only the second is timed, so that it finds its own data in
-    the caches, as it would in a training loop, rather than the previous call's.
+    Wall times of every call, measured in ``rounds`` rounds; a round times a block of ``block`` consecutive calls of
+    each call in turn, after ``warmup`` untimed calls of it (a training loop repeats the same call: its own weights
+    and buffers are in the caches and the allocator's free lists, not the previous model's).
 
     :param calls: Named calls
-    :param repeats: Number of timed rounds
-    :param warmup: Number of untimed rounds first
-    :return: The ``repeats`` times of each call, in seconds
+    :param rounds: Number of rounds
+    :param block: Timed calls per call and round
+    :param warmup: Untimed calls before each block
+    :return: The ``rounds * block`` times of each call, in seconds
     """
-    for _ in range(warmup):
-        for call in calls.values():
-            call()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for name, call in calls.items():
-            call()
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(warmup):
+                call()
+            for _ in range(block):
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
     return times
 
 
@@ -117,7 +119,8 @@ def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds over all models")
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per model and round")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=["QC", "QCFQL"])
     args = parser.parse_args()
@@ -130,9 +133,12 @@ def main() -> None:
     for (config_name, method), model in models.items():
         calls[f"{config_name} {method} step"] = lambda model=model: model.train(gradient_steps=1, batch_size=256)
         calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
-    times = interleaved_seconds(calls, args.repeats)
+    times = interleaved_seconds(calls, args.rounds, args.repeats)
 
-    print(f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; {args.repeats} interleaved rounds")
+    print(
+        f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; "
+        f"{args.rounds} rounds of {args.repeats} timed calls per model"
+    )
     print(f"plain matmul: {matmul_flops / statistics.median(times['matmul']) / 1e9:.0f} GFLOP/s median")
     header = ("config", "method", "steps/s median (best)", "vs reference", "decision ms", "vs reference")
     print(f"{header[0]:8s} {header[1]:6s} {header[2]:>22s} {header[3]:>12s} {header[4]:>12s} {header[5]:>12s}")
