@@ -241,13 +241,8 @@ class EnsembleMLP(nn.Module):
         :param frozen: Use detached parameters: gradients reach ``x`` but never the parameters
         :return: Outputs of shape ``(K, B, output_dim)``
         """
-        weights, biases = list(self.weights), list(self.biases)
-        norms = None
-        if self.norm_weights is not None and self.norm_biases is not None:
-            norms = list(zip(self.norm_weights, self.norm_biases, strict=True))
-        if frozen:
-            weights, biases = [w.detach() for w in weights], [b.detach() for b in biases]
-            norms = None if norms is None else [(scale.detach(), offset.detach()) for scale, offset in norms]
+        parameters = [self.weights, self.biases, self.norm_weights or [], self.norm_biases or []]
+        weights, biases, scales, offsets = ([p.detach() if frozen else p for p in group] for group in parameters)
         n_members, d_in, d_out = weights[0].shape
         rows, last = x.shape[0], len(weights) - 1
         numel = n_members * rows * self._max_hidden_dim
@@ -259,10 +254,10 @@ class EnsembleMLP(nn.Module):
         for i in range(1, last + 1):
             shape = (n_members, rows, weights[i].shape[1])
             h = _gelu_tanh(h, out=_region(post_block, shape))  # spec §2: -> GELU(tanh)
-            if norms is not None:
+            if scales:
                 # spec §2: -> LayerNorm(eps 1e-6), each member with its own scale and offset.
-                scale, offset = norms[i - 1]
-                h = _layer_norm(h, scale.unsqueeze(1), offset.unsqueeze(1), in_place=post_block is not None)
+                scale, offset = scales[i - 1].unsqueeze(1), offsets[i - 1].unsqueeze(1)
+                h = _layer_norm(h, scale, offset, in_place=post_block is not None)
             out = _region(pre_block, (n_members, rows, weights[i].shape[2])) if i < last else None
             h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i], out=out)  # spec §2: Linear
         return h
@@ -444,6 +439,9 @@ class OneStepActor(nn.Module):
 def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
     """
     Integrate the flow from noise with ``flow_steps`` Euler steps and clip the result to [-1, 1] (spec §3).
+
+    Without autograd on CPU the reference's flow (no LayerNorm) takes :meth:`FlowVectorField.fused_euler`, the same
+    values to float32 rounding in fewer calls; otherwise the loop below, which is differentiable.
 
     :param vector_field: Velocity field f(s, x, t)
     :param observations: Observations of shape ``(M, observation_dim)``
