@@ -10,15 +10,20 @@ The shared development machine changes pace by up to 40% from one minute to the 
 each round times a block of ``--repeats`` consecutive calls of every model (after two untimed ones), and a slow
 minute slows every figure alike. A plain matmul's GFLOP/s, timed in the same rounds, tells how fast the host was.
 
-The reference JAX code on the 2-core development machine (issue 3): QC 0.67 and QC-FQL 6.1 steps/s at the default,
-18 and 45 at the small config; a best-of-32 decision takes 20 ms. The "vs reference" columns compare with these
-(above 1: faster here).
+Ratios to the reference JAX code are printed only when it is timed in the same command, on the same machine:
+``--reference-python`` names the python of a virtual environment that holds the reference's pinned requirements,
+``--reference-harness`` a script that times its agents on random data of the same shapes and prints one
+``RESULT {json}`` line per measurement (``steps_per_s.headline``, ``latency_ms.median``), ``--reference-root`` the
+reference's code. The reference is never a dependency of qc_sb3; without these options no ratio is printed, since a
+figure from another machine or another hour is no baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -63,13 +68,29 @@ def random_dataset(n_steps: int = 20_000, episode_length: int = 500) -> dict[str
     }
 
 
-REFERENCE_STEPS_PER_SECOND = {
-    ("default", "QC"): 0.67,
-    ("default", "QCFQL"): 6.1,
-    ("small", "QC"): 18.0,
-    ("small", "QCFQL"): 45.0,
-}
-REFERENCE_DECISION_MS = {("default", "QC"): 20.0}
+def reference_figures(python: str, harness: str, root: str, config: dict, method: str) -> tuple[float, float]:
+    """
+    Time the reference agent of one configuration in a subprocess of its own environment.
+
+    :param python: The python of the reference's virtual environment
+    :param harness: The timing script (prints ``RESULT {json}`` lines)
+    :param root: The reference's code
+    :param config: One of :data:`CONFIGS`
+    :param method: "QC" (best-of-N) or "QCFQL" (distill-DDPG)
+    :return: Gradient steps per second (median) and the decision latency in ms (median)
+    """
+    actor = ["--actor_type", "best-of-n", "--num_samples", str(config["actor_num_samples"])]
+    command = [
+        python, harness, "--qc_root", root, "--agent", "acfql", "--modes", "update,sample",
+        "--hidden", ",".join(map(str, config["net_arch"])), "--horizon", str(CHUNK_SIZE),
+        "--obs_dim", str(OBS_DIM), "--act_dim", str(ACTION_DIM),
+        *(actor if method == "QC" else ["--actor_type", "distill-ddpg"]),
+    ]  # fmt: skip
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    records = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("RESULT ")]
+    update = next(r for r in records if r["kind"] == "update")
+    sample = next(r for r in records if r["kind"] == "sample_actions")
+    return update["steps_per_s"]["headline"], sample["latency_ms"]["median"]
 
 
 def interleaved_seconds(
@@ -123,7 +144,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per model and round")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=["QC", "QCFQL"])
+    parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
+    parser.add_argument("--reference-harness", help="script that times the reference agents (RESULT lines)")
+    parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
     args = parser.parse_args()
+    reference_options = (args.reference_python, args.reference_harness, args.reference_root)
+    if any(reference_options) and not all(reference_options):
+        parser.error("--reference-python, --reference-harness and --reference-root go together")
 
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
@@ -134,6 +161,11 @@ def main() -> None:
         calls[f"{config_name} {method} step"] = lambda model=model: model.train(gradient_steps=1, batch_size=256)
         calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
     times = interleaved_seconds(calls, args.rounds, args.repeats)
+    # The reference right after, in the same window: its figures are the only baseline a ratio may use.
+    reference = {}
+    if all(reference_options):
+        for key in models:
+            reference[key] = reference_figures(*reference_options, CONFIGS[key[0]], key[1])  # type: ignore[arg-type]
 
     print(
         f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; "
@@ -145,8 +177,7 @@ def main() -> None:
     for config_name, method in models:
         step_times, decision_times = times[f"{config_name} {method} step"], times[f"{config_name} {method} decision"]
         steps_per_second, decision_ms = 1 / statistics.median(step_times), 1000 * statistics.median(decision_times)
-        reference_steps = REFERENCE_STEPS_PER_SECOND.get((config_name, method))
-        reference_ms = REFERENCE_DECISION_MS.get((config_name, method))
+        reference_steps, reference_ms = reference.get((config_name, method), (None, None))
         step_ratio = f"{steps_per_second / reference_steps:.2f}x" if reference_steps else "-"
         # A shorter decision is better: the ratio is reference time / ours, so above 1 means faster here too.
         decision_ratio = f"{reference_ms / decision_ms:.2f}x" if reference_ms else "-"
