@@ -36,6 +36,10 @@ def test_shard_index_by_hand() -> None:
     shards = OfflineShards([{}, {}], swap_interval=3)
     assert [shards.shard_index(step) for step in range(1, 10)] == [0, 0, 1, 1, 1, 0, 0, 0, 1]
     assert [shards.steps_on_same_shard(step) for step in (1, 2, 3, 5, 6)] == [2, 1, 3, 1, 3]
+    # Online (RLPD family): the reference swaps after every step i that is a multiple of the interval.
+    assert [OfflineShards([{}, {}, {}], swap_interval=2).online_shard_index(i) for i in range(1, 10)] == [
+        0, 0, 1, 1, 2, 2, 0, 0, 1
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -81,6 +85,42 @@ def test_offline_phase_rotates_through_shards_one_at_a_time(tmp_path: Path) -> N
     loaded.pretrain(gradient_steps=2)  # steps 11 (shard 2) and 12 (shard 0)
     assert loaded.offline_shard_index == 0
     assert np.unique(loaded.replay_buffer.offline_rewards).tolist() == [-1.0]
+
+
+def held_shard_per_update(model: RLPD) -> list[tuple[int, int]]:
+    """Spy on the model's buffer: (online step, shard its offline segment holds) at each sampled batch."""
+    buffer = model.replay_buffer
+    held: list[tuple[int, int]] = []
+    sample = buffer.sample
+
+    def spy(batch_size: int, env: object = None) -> object:
+        held.append((model.num_timesteps, -1 - int(np.unique(buffer.offline_rewards).item())))
+        return sample(batch_size, env)
+
+    buffer.sample = spy  # type: ignore[method-assign]
+    return held
+
+
+def test_rlpd_rotates_shards_during_the_online_phase_and_resumes_after_load(tmp_path: Path) -> None:
+    shards = [marked_shard(index) for index in range(3)]
+    kwargs = {"learning_starts": 1, "batch_size": 8, "chunk_size": 3, "policy_kwargs": {"net_arch": [16]}, "seed": 0}
+    model = RLPD("MlpPolicy", PointReachEnv(), offline_dataset=OfflineShards(shards, swap_interval=2), **kwargs)
+    held = held_shard_per_update(model)
+    model.learn(total_timesteps=10)
+    # The reference's online loop swaps after every step i with i % 2 == 0: steps 1-2 on shard 0, 3-4 on shard 1,
+    # 5-6 on shard 2, 7-8 on shard 0 again. Step 1 is warm-up (no update).
+    assert held == [(2, 0), (3, 1), (4, 1), (5, 2), (6, 2), (7, 0), (8, 0), (9, 1), (10, 1)]
+    assert model.offline_shard_index == 1
+    del model.replay_buffer.sample  # the spy is not picklable
+
+    model.save(tmp_path / "model")
+    model.save_replay_buffer(tmp_path / "buffer")
+    loaded = RLPD.load(tmp_path / "model", env=PointReachEnv(), offline_dataset=OfflineShards(shards, swap_interval=2))
+    assert loaded.offline_shard_index == 1 and np.unique(loaded.replay_buffer.offline_rewards).tolist() == [-2.0]
+    loaded.load_replay_buffer(tmp_path / "buffer")
+    held = held_shard_per_update(loaded)
+    loaded.learn(total_timesteps=4, reset_num_timesteps=False)
+    assert held == [(11, 2), (12, 2), (13, 0), (14, 0)]
 
 
 def test_shard_that_does_not_fit_the_env_is_refused_at_its_swap() -> None:

@@ -25,7 +25,6 @@ from test_qc import ACTION_DIM, EPISODE_LENGTH, OBS_DIM, make_env, offline_array
 from toy_tasks import PointReachEnv, scripted_demonstrations
 
 TINY = {"net_arch": [16, 16]}
-SB3_SQUASH_EPS = 1e-6  # SB3's SquashedDiagGaussianDistribution: log pi -= sum log(1 - a^2 + 1e-6)
 DATA_ACTION_CLIP = float(np.float32(1 - 1e-5))  # the clip bound as the library's float32 tensors hold it
 
 
@@ -75,9 +74,14 @@ def actor_mean_log_std(actor, observation: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def squashed_log_prob(mean: np.ndarray, log_std: np.ndarray, u: np.ndarray) -> float:
-    """log N(u; mean, std) - sum log(1 - tanh(u)^2 + 1e-6), as SB3 computes it for a = tanh(u)."""
+    """
+    log N(u; mean, std) - sum log(1 - tanh(u)^2) for a = tanh(u), the reference's exact change of variables.
+
+    1 - tanh(u)^2 = 1 / cosh(u)^2, so its log is 2 log 2 - 2 log(e^u + e^-u): finite in float64 for any u.
+    """
     gaussian = -0.5 * ((u - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
-    return float(gaussian.sum() - np.log(1 - np.tanh(u) ** 2 + SB3_SQUASH_EPS).sum())
+    log_det = 2 * np.log(2.0) - 2 * np.logaddexp(u, -u)
+    return float(gaussian.sum() - log_det.sum())
 
 
 def hand_losses(model: RLPD, batch, target_noise: np.ndarray, actor_noise: np.ndarray) -> dict[str, float]:
@@ -167,6 +171,50 @@ def test_critic_init_and_default_configuration():
         assert th.equal(policy.critic_target.state_dict()[name], value), name
     assert policy.actor.action_space.shape == (ACTION_DIM,)
     assert make_model(chunk_size=5).policy.actor.action_space.shape == (5 * ACTION_DIM,)
+
+
+def test_actor_is_the_reference_mlp_with_xavier_uniform_weights_and_zero_biases():
+    # The reference's actor: MLP(4 x 512, ReLU after every hidden layer, no LayerNorm), then Dense mean and Dense
+    # log-std heads, every layer Xavier-uniform with zero biases.
+    actor = RLPD("MlpPolicy", make_env(), offline_dataset=offline_arrays(), chunk_size=5).policy.actor
+    assert [type(layer) for layer in actor.latent_pi] == [th.nn.Linear, th.nn.ReLU] * 4
+    layers = [layer for layer in actor.latent_pi if isinstance(layer, th.nn.Linear)] + [actor.mu, actor.log_std]
+    flat_chunk = 5 * ACTION_DIM
+    assert [(layer.in_features, layer.out_features) for layer in layers] == [
+        (OBS_DIM, 512),
+        (512, 512),
+        (512, 512),
+        (512, 512),
+        (512, flat_chunk),
+        (512, flat_chunk),
+    ]
+    for layer in layers:
+        weight = numpy_of(layer.weight)
+        bound = np.sqrt(6 / (layer.in_features + layer.out_features))
+        assert np.abs(weight).max() <= bound and np.abs(weight).max() > 0.95 * bound
+        # U(-bound, bound) has standard deviation bound / sqrt(3); PyTorch's default init has bound 1 / sqrt(fan_in).
+        assert weight.std() == pytest.approx(bound / np.sqrt(3), rel=0.1)
+        assert (numpy_of(layer.bias) == 0).all()
+
+
+def test_log_prob_is_the_exact_tanh_change_of_variables_even_when_saturated():
+    model = make_model(chunk_size=2)
+    distribution = model.policy.action_distribution(th.zeros(1, OBS_DIM))
+    mean = np.array([0.3, -0.2, 1.0, 0.0, -1.5, 2.0])
+    log_std = np.array([-0.5, 0.0, 0.7, -2.0, 1.0, 0.2])
+    distribution = distribution.proba_distribution(
+        th.tensor(mean[None], dtype=th.float32), th.tensor(log_std[None], dtype=th.float32)
+    )
+    for u in ([0.1, -0.4, 2.0, 0.0, -1.0, 3.0], [12.0, -11.0, 15.0, -20.0, 10.5, 0.3]):
+        u = np.array(u)
+        # Saturated u: tanh(u) rounds to +-1 in float32, where SB3's log(1 - a^2 + 1e-6) is floored at log(1e-6).
+        gaussian_actions = th.tensor(u[None], dtype=th.float32)
+        log_prob = distribution.log_prob(th.tanh(gaussian_actions), gaussian_actions)
+        assert log_prob.item() == pytest.approx(squashed_log_prob(mean, log_std, u), rel=1e-5)
+    # Data actions (no pre-squash value): u = atanh(a), as for QC-RLPD's clipped batch actions.
+    actions = np.array([DATA_ACTION_CLIP, -DATA_ACTION_CLIP, 0.5, -0.9, 0.0, 0.99])
+    log_prob = distribution.log_prob(th.tensor(actions[None], dtype=th.float32))
+    assert log_prob.item() == pytest.approx(squashed_log_prob(mean, log_std, np.arctanh(actions)), rel=1e-5)
 
 
 def parameter_grads(module: th.nn.Module) -> list[th.Tensor | None]:

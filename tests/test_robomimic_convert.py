@@ -33,22 +33,30 @@ LIFT_ENV_ARGS = {
         "reward_shaping": False,
     },
 }
-# Demo name -> (length, reward sequence ending); written out of order on purpose.
+# Demo name -> length; written out of order on purpose.
 DEMOS = {"demo_10": 7, "demo_2": 5, "demo_0": 6}
+# The Minari episodes (first step, last step) each demo of write_file splits into: one after every dones = 1.
+DEMO_PIECES = {"demo_0": [(0, 3), (4, 4), (5, 5)], "demo_2": [(0, 2), (3, 4)], "demo_10": [(0, 3), (4, 5), (6, 6)]}
 
 
-def write_demo(group: h5py.Group, steps: int, rng: np.random.Generator, success_at_end: bool, sizes: dict) -> None:
-    """A demo in the robomimic layout: next_obs[t] == obs[t + 1], sparse rewards, dones as done_mode 2 writes them."""
-    for key, size in {**sizes, "robot0_joint_pos": 7}.items():
-        values = rng.normal(size=(steps + 1, size))
-        group.create_dataset(f"obs/{key}", data=values[:-1])
-        group.create_dataset(f"next_obs/{key}", data=values[1:])
+def sparse_rewards_and_dones(steps: int, success_at_end: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Rewards with a success state mid-demo (e.g. an operator lifting the cube twice), dones as done_mode 2."""
     rewards = np.zeros(steps)
-    rewards[steps // 2] = 1.0  # a success state mid-demo (e.g. an operator lifting the cube twice)
+    rewards[steps // 2] = 1.0
     if success_at_end:
         rewards[-2:] = 1.0
     dones = rewards.copy()
     dones[-1] = 1.0
+    return rewards, dones
+
+
+def write_demo(group: h5py.Group, rewards: np.ndarray, dones: np.ndarray, rng: np.random.Generator, sizes: dict) -> None:
+    """A demo in the robomimic layout: next_obs[t] == obs[t + 1], the given rewards and dones."""
+    steps = len(rewards)
+    for key, size in {**sizes, "robot0_joint_pos": 7}.items():
+        values = rng.normal(size=(steps + 1, size))
+        group.create_dataset(f"obs/{key}", data=values[:-1])
+        group.create_dataset(f"next_obs/{key}", data=values[1:])
     group.create_dataset("actions", data=rng.uniform(-1, 1, size=(steps, 7)))
     group.create_dataset("states", data=rng.normal(size=(steps, 32)))
     group.create_dataset("rewards", data=rewards)
@@ -63,7 +71,7 @@ def write_file(path: Path, env_args: dict | None = LIFT_ENV_ARGS, sizes: dict = 
     with h5py.File(path, "w") as file:
         data = file.create_group("data")
         for name, steps in DEMOS.items():
-            write_demo(data.create_group(name), steps, rng, success_at_end=name != "demo_2", sizes=sizes)
+            write_demo(data.create_group(name), *sparse_rewards_and_dones(steps, name != "demo_2"), rng, sizes)
         data.attrs["total"] = sum(DEMOS.values())
         if env_args is not None:
             data.attrs["env_args"] = json.dumps(env_args)
@@ -105,28 +113,31 @@ def test_episodes_equal_a_direct_read_in_integer_order(lift_file: Path) -> None:
     assert dataset_id == "robomimic/lift-mh-low_dim-v0"
     dataset = minari.load_dataset(dataset_id)
     episodes = list(dataset.iterate_episodes())
-    assert len(episodes) == 3
     assert dataset.observation_space.shape == (19,)
-    for episode, name in zip(episodes, ["demo_0", "demo_2", "demo_10"], strict=True):
+    pieces = [(name, piece) for name in ("demo_0", "demo_2", "demo_10") for piece in DEMO_PIECES[name]]
+    assert len(episodes) == len(pieces)
+    for episode, (name, (first, last)) in zip(episodes, pieces, strict=True):
         expected = read_demo(lift_file, name)
-        steps = DEMOS[name]
+        steps = last - first + 1
         assert episode.observations.shape == (steps + 1, 19)
         assert episode.observations.dtype == np.float32
-        np.testing.assert_allclose(episode.observations, expected["observations"], rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(episode.actions, expected["actions"], rtol=1e-6, atol=1e-6)
-        np.testing.assert_array_equal(episode.rewards, expected["rewards"])
-        # Terminated iff the demo ends at a success (its last reward and done are 1); else truncated.
-        ends_in_success = bool(expected["success"][-1] and expected["dones"][-1])
-        np.testing.assert_array_equal(episode.terminations, np.arange(steps) == steps - 1 if ends_in_success else False)
-        np.testing.assert_array_equal(episode.truncations, False if ends_in_success else np.arange(steps) == steps - 1)
-        np.testing.assert_array_equal(episode.infos["success"], np.concatenate([[False], expected["success"]]))
+        np.testing.assert_allclose(episode.observations, expected["observations"][first : last + 2], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(episode.actions, expected["actions"][first : last + 1], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(episode.rewards, expected["rewards"][first : last + 1])
+        # Every piece ends at a dones = 1 step (done_mode 2 writes one on each demo's last step): terminated there.
+        np.testing.assert_array_equal(episode.terminations, np.arange(steps) == steps - 1)
+        np.testing.assert_array_equal(episode.truncations, False)
+        success = np.concatenate([[False], expected["success"]])
+        np.testing.assert_array_equal(episode.infos["success"], success[first : last + 2])
 
 
 def test_filter_key_selects_its_demos(lift_file: Path) -> None:
     dataset = minari.load_dataset(convert_to_minari(lift_file, "lift", filter_key="train"))
     episodes = list(dataset.iterate_episodes())
-    assert [len(episode.rewards) for episode in episodes] == [DEMOS["demo_0"], DEMOS["demo_10"]]
-    np.testing.assert_allclose(episodes[1].actions, read_demo(lift_file, "demo_10")["actions"], rtol=1e-6)
+    pieces = DEMO_PIECES["demo_0"] + DEMO_PIECES["demo_10"]
+    assert [len(episode.rewards) for episode in episodes] == [last - first + 1 for first, last in pieces]
+    actions = np.concatenate([episode.actions for episode in episodes[len(DEMO_PIECES["demo_0"]) :]])
+    np.testing.assert_allclose(actions, read_demo(lift_file, "demo_10")["actions"], rtol=1e-6)
 
 
 def test_env_spec_rebuilds_the_task_env_from_the_file_env_args(lift_file: Path) -> None:
@@ -147,18 +158,42 @@ def test_the_library_loader_reads_the_dataset(lift_file: Path) -> None:
     np.testing.assert_allclose(
         data.next_observations, np.concatenate([demo["observations"][1:] for demo in expected]), rtol=1e-6, atol=1e-6
     )
-    ends = np.cumsum([DEMOS[name] for name in ("demo_0", "demo_2", "demo_10")]) - 1
-    np.testing.assert_array_equal(np.flatnonzero(data.episode_end), ends)
-    np.testing.assert_array_equal(np.flatnonzero(data.terminated), ends[[0, 2]])
+    dones = np.concatenate([demo["dones"] for demo in expected]) == 1
+    np.testing.assert_array_equal(data.terminated, dones)
+    np.testing.assert_array_equal(data.episode_end, dones)
+
+
+def write_dones_file(path: Path) -> Path:
+    """Three demos: dones on the last (rewarded) step only; a reward-1 step before the last; a demo cut short."""
+    rng = np.random.default_rng(1)
+    with h5py.File(path, "w") as file:
+        data = file.create_group("data")
+        data.attrs["env_args"] = json.dumps(LIFT_ENV_ARGS)
+        write_demo(data.create_group("demo_0"), np.array([0, 0, 0, 1.0]), np.array([0, 0, 0, 1]), rng, LIFT_SIZES)
+        write_demo(data.create_group("demo_1"), np.array([0, 1, 0, 0, 1.0]), np.array([0, 1, 0, 0, 1]), rng, LIFT_SIZES)
+        write_demo(data.create_group("demo_2"), np.array([0, 0, 0.0]), np.array([0, 0, 0]), rng, LIFT_SIZES)
+    return path
+
+
+def test_dones_are_episode_ends_and_termination_masks_as_the_reference_reads_them(tmp_path: Path) -> None:
+    data = load_offline_transitions(convert_to_minari(write_dones_file(tmp_path / "dones.hdf5"), "lift"))
+    # The reference: terminals = dones (episode ends of its windows), masks = 1 - dones (no bootstrap past them).
+    # Here a demo's last step always ends its episode, also when cut short (demo_2: dones 0, truncated).
+    #             demo_0      demo_1         demo_2
+    terminated = [0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 0, 0]
+    episode_end = [0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 0, 1]
+    np.testing.assert_array_equal(data.terminated, np.array(terminated, dtype=bool))
+    np.testing.assert_array_equal(data.episode_end, np.array(episode_end, dtype=bool))
+    np.testing.assert_array_equal(data.rewards, [-1, -1, -1, 0, -1, 0, -1, -1, 0, -1, -1, -1])
 
 
 def test_existing_ids_are_refused_unless_overwrite(lift_file: Path, minari_root: Path) -> None:
     dataset_id = convert_to_minari(lift_file, "lift", filter_key="valid")
     with pytest.raises(FileExistsError, match=r"already exists.*overwrite"):
         convert_to_minari(lift_file, "lift")
-    assert minari.load_dataset(dataset_id).total_episodes == 1
+    assert minari.load_dataset(dataset_id).total_episodes == len(DEMO_PIECES["demo_2"])
     convert_to_minari(lift_file, "lift", overwrite=True)
-    assert minari.load_dataset(dataset_id).total_episodes == 3
+    assert minari.load_dataset(dataset_id).total_episodes == sum(len(pieces) for pieces in DEMO_PIECES.values())
     # Nothing but the dataset's namespace is left in the Minari root: staging folders are gone.
     assert sorted(path.name for path in minari_root.iterdir()) == ["robomimic"]
 
@@ -178,6 +213,11 @@ def test_bad_input_fails_before_any_dataset_is_written(tmp_path: Path, lift_file
     no_object = write_file(tmp_path / "no_object.hdf5", sizes={k: v for k, v in LIFT_SIZES.items() if k != "object"})
     with pytest.raises(ValueError, match=r"demo_0 lacks \['obs/object', 'next_obs/object'\]"):
         convert_to_minari(no_object, "lift")
+    no_dones = write_file(tmp_path / "no_dones.hdf5")
+    with h5py.File(no_dones, "a") as file:
+        del file["data/demo_10/dones"]
+    with pytest.raises(ValueError, match=r"demo_10 lacks \['dones'\]"):
+        convert_to_minari(no_dones, "lift")
     dense = write_file(tmp_path / "dense.hdf5")
     with h5py.File(dense, "a") as file:
         file["data/demo_2/rewards"][0] = 0.5

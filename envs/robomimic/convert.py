@@ -123,19 +123,20 @@ def _select_demos(file: h5py.File, path: Path, filter_key: str | None) -> list[s
 
 def _check_demo(demo: h5py.Group, where: str, info: TaskInfo) -> None:
     """Check one demo's datasets and shapes against the task."""
-    required = ["actions", "rewards"] + [f"{group}/{key}" for group in ("obs", "next_obs") for key in LOW_DIM_KEYS]
+    required = ["actions", "rewards", "dones"] + [f"{group}/{key}" for group in ("obs", "next_obs") for key in LOW_DIM_KEYS]
     missing = [name for name in required if not isinstance(demo.get(name), h5py.Dataset)]
     if missing:
         raise ValueError(
-            f"robomimic demo {where} lacks {missing}; a low-dim file needs actions, rewards and obs/ and next_obs/ "
-            f"{list(LOW_DIM_KEYS)}"
+            f"robomimic demo {where} lacks {missing}; a low-dim file needs actions, rewards, dones and obs/ and "
+            f"next_obs/ {list(LOW_DIM_KEYS)}"
         )
     actions = demo["actions"].shape
     if len(actions) != 2 or actions[1] != ACTION_DIM or actions[0] < 1:
         raise ValueError(f"robomimic demo {where} has actions of shape {actions}; expected (n >= 1, {ACTION_DIM})")
     steps = actions[0]
-    if demo["rewards"].shape != (steps,):
-        raise ValueError(f"robomimic demo {where} has rewards of shape {demo['rewards'].shape}; expected ({steps},)")
+    for name in ("rewards", "dones"):
+        if demo[name].shape != (steps,):
+            raise ValueError(f"robomimic demo {where} has {name} of shape {demo[name].shape}; expected ({steps},)")
     for group in ("obs", "next_obs"):
         shapes = {key: demo[f"{group}/{key}"].shape for key in LOW_DIM_KEYS}
         sizes = {key: shape[1] if len(shape) == 2 else None for key, shape in shapes.items()}
@@ -150,30 +151,49 @@ def _check_demo(demo: h5py.Group, where: str, info: TaskInfo) -> None:
             raise ValueError(f"robomimic demo {where} has {group} lengths {lengths} for {steps} actions; expected {steps}")
 
 
-def _episode(demo: h5py.Group, where: str) -> EpisodeBuffer:
-    """One demo as a Minari episode: n + 1 observations, rewards r - 1, terminated iff the last state is a success."""
+def _episodes(demo: h5py.Group, where: str) -> list[EpisodeBuffer]:
+    """
+    One demo as Minari episodes, split after every step whose ``dones`` is 1 (the reference reads ``dones`` as
+    both episode ends and termination masks): each piece is terminated at such a step, and a last piece whose
+    final step has ``dones`` 0 is truncated there. Rewards r - 1; ``infos["success"]`` per observation.
+    """
     observations = np.concatenate([demo[f"obs/{key}"][()] for key in LOW_DIM_KEYS], axis=1)
-    final = np.concatenate([demo[f"next_obs/{key}"][-1] for key in LOW_DIM_KEYS])
+    next_observations = np.concatenate([demo[f"next_obs/{key}"][()] for key in LOW_DIM_KEYS], axis=1)
     actions = np.asarray(demo["actions"][()], dtype=np.float64)
     rewards = np.asarray(demo["rewards"][()], dtype=np.float64)
+    dones = np.asarray(demo["dones"][()])
     if not np.isin(rewards, (0.0, 1.0)).all():
         raise ValueError(
             f"robomimic demo {where} has rewards {np.unique(rewards)[:5]}; expected sparse rewards 0/1 "
             "(reward_shaping=False, as in the official low-dim files)"
         )
+    if not np.isin(dones, (0, 1)).all():
+        raise ValueError(f"robomimic demo {where} has dones {np.unique(dones)[:5]}; expected 0/1")
     if np.abs(actions).max() > 1.0 + ACTION_TOLERANCE:
         raise ValueError(f"robomimic demo {where} has actions up to {np.abs(actions).max()} in size; expected [-1, 1]")
-    success = rewards == 1.0
-    terminations = np.zeros(len(rewards), dtype=bool)
-    terminations[-1] = success[-1]
-    return EpisodeBuffer(
-        observations=np.concatenate([observations, final[None]]).astype(np.float32),
-        actions=np.clip(actions, -1.0, 1.0).astype(np.float32),
-        rewards=(rewards - 1.0).tolist(),
-        terminations=terminations.tolist(),
-        truncations=(~terminations & (np.arange(len(rewards)) == len(rewards) - 1)).tolist(),
-        infos={"success": np.concatenate([[False], success])},
-    )
+    # Whether each observation (the first one, then the state after each action) is a success.
+    success = np.concatenate([[False], rewards == 1.0])
+    done = dones == 1
+    last_steps = np.flatnonzero(done)
+    if not done[-1]:
+        last_steps = np.append(last_steps, len(rewards) - 1)
+    episodes = []
+    for first, last in zip(np.concatenate([[0], last_steps[:-1] + 1]), last_steps, strict=True):
+        n_steps = last - first + 1
+        terminations = np.zeros(n_steps, dtype=bool)
+        terminations[-1] = done[last]
+        piece_observations = np.concatenate([observations[first : last + 1], next_observations[last][None]])
+        episodes.append(
+            EpisodeBuffer(
+                observations=piece_observations.astype(np.float32),
+                actions=np.clip(actions[first : last + 1], -1.0, 1.0).astype(np.float32),
+                rewards=(rewards[first : last + 1] - 1.0).tolist(),
+                terminations=terminations.tolist(),
+                truncations=(~terminations & (np.arange(n_steps) == n_steps - 1)).tolist(),
+                infos={"success": success[first : last + 2]},
+            )
+        )
+    return episodes
 
 
 def convert_to_minari(
@@ -187,12 +207,16 @@ def convert_to_minari(
     """
     Convert a robomimic low-dim hdf5 file into a Minari dataset whose env spec rebuilds the task's env.
 
-    Each demo (sorted by its integer suffix) becomes one episode: observations concat[robot0_eef_pos,
-    robot0_eef_quat, robot0_gripper_qpos, object] of obs/ plus the last next_obs (n + 1 rows, float32), the
-    actions, rewards r - 1 (-1 per step, 0 where the state reached is a success) and ``infos["success"]`` per
-    observation. The episode is terminated when its last state is a success (a demo that ends at the task's
-    success: the MDP's episode ends there) and truncated otherwise (a demo cut short). Success states before the
-    last step (an operator holding the goal) stay non-terminal: a Minari episode ends at its first termination.
+    The file's ``dones`` are read as the Q-chunking reference reads them: each step with ``dones`` = 1 ends an
+    episode and is a termination (no bootstrap past it). robomimic's released low-dim files are extracted with
+    ``--done_mode 2`` (robomimic's docs): ``dones`` is 1 on every success state and on each demo's last step, so a
+    success state before the last step (an operator holding or repeating the goal) splits its demo there.
+
+    Each demo (sorted by its integer suffix) gives one episode per such piece: observations
+    concat[robot0_eef_pos, robot0_eef_quat, robot0_gripper_qpos, object] of obs/ plus the piece's last next_obs
+    (n + 1 rows, float32), the actions, rewards r - 1 (-1 per step, 0 where the state reached is a success) and
+    ``infos["success"]`` per observation. A piece is terminated at its ``dones`` = 1 step; a demo whose last step
+    has ``dones`` = 0 (cut short) ends with a truncated piece.
 
     ``minari.load_dataset(id).recover_environment()`` builds the env from the file's ``env_args`` with the
     task's episode limit (robosuite needed then). The dataset is written under a temporary Minari root in the
@@ -219,7 +243,9 @@ def convert_to_minari(
         )
     spec = env_spec(info.name, source.env_args)
     with h5py.File(source.path, "r") as file:
-        episodes = [_episode(file["data"][demo], f"{source.path}:data/{demo}") for demo in source.demos]
+        episodes = [
+            episode for demo in source.demos for episode in _episodes(file["data"][demo], f"{source.path}:data/{demo}")
+        ]
     selection = "all demos" if filter_key is None else f"the demos of filter key {filter_key!r}"
     with _staging_root(root) as staging, warnings.catch_warnings():
         # Minari warns about metadata it does not need here (author, permalink, the env spec set just after).

@@ -50,7 +50,9 @@ class Episode:
     :param actions: ``(n, 7)``
     :param states: ``(n, D)`` flattened simulator states before each action
     :param rewards: ``(n,)`` robosuite's sparse reward after each action (0 or 1)
-    :param dones: ``(n,)`` 1 where the state reached is a success or the episode's last
+    :param dones: ``(n,)`` 1 where the state reached is a success or the episode's last, as robomimic's
+        ``--done_mode 2`` writes them in the official files; the converter reads them as the reference does, as
+        episode ends and terminations
     :param obs: ``RECORDED_KEYS`` observed in each state of ``states``, ``(n, d)`` each
     :param next_obs: The same in the state after each action
     :param model_file: The simulator's MJCF model

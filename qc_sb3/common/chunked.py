@@ -184,9 +184,16 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
 
         :param gradient_step: The next offline gradient step, 1-based
         """
-        if not isinstance(self.offline_dataset, OfflineShards):
-            return
-        shard_index = self.offline_dataset.shard_index(gradient_step)
+        if isinstance(self.offline_dataset, OfflineShards):
+            self._use_shard(self.offline_dataset.shard_index(gradient_step))
+
+    def _use_shard(self, shard_index: int) -> None:
+        """
+        Swap the buffer's offline segment to shard ``shard_index`` of the ``OfflineShards`` dataset, if that is
+        not the one it holds.
+
+        :param shard_index: An index into the dataset's shards
+        """
         if shard_index == self.offline_shard_index:
             return
         # Empty the segment before loading the next shard, so that only one shard is held in the buffer.

@@ -107,7 +107,10 @@ class OfflineShards:
 
     Offline gradient step ``s`` (counted from 1) trains on shard ``(s // swap_interval) % len(sources)``: the
     reference moves to the next shard, cyclically, before every step that is a multiple of ``swap_interval``.
-    The shard in memory when the offline phase ends stays in the replay buffer for the online phase.
+    The QC family keeps the shard in memory when the offline phase ends for its whole online phase (the
+    reference's ``main.py``). The RLPD family, which has no offline phase, rotates during the online phase
+    instead (the reference's ``main_online.py``): the updates that follow online env step ``i`` (counted from 1)
+    sample shard ``((i - 1) // swap_interval) % len(sources)`` (:meth:`online_shard_index`).
 
     :param sources: The shards in order, each anything :func:`load_offline_transitions` reads (typically Minari
         dataset ids)
@@ -134,6 +137,17 @@ class OfflineShards:
         :return: An index into ``sources``
         """
         return (gradient_step // self.swap_interval) % len(self.sources)
+
+    def online_shard_index(self, online_step: int) -> int:
+        """
+        The shard that the updates after online env step ``online_step`` (counted from 1) sample, when shards
+        rotate during the online phase: the reference moves to the next shard after every online step that is a
+        multiple of ``swap_interval``, so steps 1 to ``swap_interval`` use shard 0.
+
+        :param online_step: The env step, 1-based
+        :return: An index into ``sources``
+        """
+        return ((online_step - 1) // self.swap_interval) % len(self.sources)
 
     def steps_on_same_shard(self, gradient_step: int) -> int:
         """

@@ -7,14 +7,13 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from stable_baselines3.common.type_aliases import Schedule
-from stable_baselines3.sac.policies import Actor
 from torch import nn
 
 from qc_sb3.common.flow_q import actor_and_critic_hidden_dims
 from qc_sb3.common.policies import ChunkPolicy, default_optimizer_kwargs
+from qc_sb3.rlpd.actor import ExactSquashedDiagGaussianDistribution, RLPDActor
 from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
 
 
@@ -39,8 +38,9 @@ class Temperature(nn.Module):
 class RLPDPolicy(ChunkPolicy):
     """
     Networks of RLPD, RLPD-AC and QC-RLPD (spec §4): SB3's SAC actor (a state-dependent squashed Gaussian, log-std
-    clipped to [-20, 2]) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K members over
-    ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
+    clipped to [-20, 2]) with the reference's initialisation and exact tanh log-determinant
+    (:class:`~qc_sb3.rlpd.actor.RLPDActor`) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K
+    members over ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
     own Adam optimizer, which is the reference's single Adam over all parameters, since Adam is per parameter.
 
     :param observation_space: Observation space
@@ -99,7 +99,7 @@ class RLPDPolicy(ChunkPolicy):
         features_dim = self.features_extractor.features_dim
         # spec §4: the actor's action space is the flat chunk in [-1, 1]^(h * A).
         self.chunk_space = spaces.Box(-1.0, 1.0, (self.flat_action_dim,), np.float32)
-        self.actor = Actor(
+        self.actor = RLPDActor(
             observation_space,
             self.chunk_space,
             net_arch=self.actor_hidden_dims,
@@ -141,12 +141,12 @@ class RLPDPolicy(ChunkPolicy):
         )
         return data
 
-    def action_distribution(self, observations: th.Tensor) -> SquashedDiagGaussianDistribution:
+    def action_distribution(self, observations: th.Tensor) -> ExactSquashedDiagGaussianDistribution:
         """
         The actor's squashed Gaussian pi(.|s) over flat chunks (SB3's SAC actor, log-std clipped to [-20, 2]).
 
         :param observations: Preprocessed observations, shape (B, *obs_shape)
-        :return: The distribution (SB3's, with a tanh-corrected ``log_prob``)
+        :return: The distribution (SB3's, with the exact tanh log-determinant in ``log_prob``)
         """
         mean_actions, log_std, _ = self.actor.get_action_dist_params(observations)  # spec §4
         return self.actor.action_dist.proba_distribution(mean_actions, log_std)  # type: ignore[return-value]

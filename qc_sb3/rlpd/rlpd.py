@@ -6,11 +6,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.vec_env import VecEnv
 
 from qc_sb3.common.buffers import OFFLINE_ACTION_CLIP, ChunkReplayBufferSamples
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.losses import chunked_td_target, critic_loss
 from qc_sb3.rlpd.losses import bc_loss, sac_actor_loss, temperature_loss
 from qc_sb3.rlpd.policies import MlpPolicy, RLPDPolicy
@@ -26,7 +31,10 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     entropy term in the backup), a learned temperature, and batches drawn half from the offline data and half from
     the online data. There is no offline pre-training: the offline data only seeds the buffer. The first
     ``learning_starts`` online steps take uniformly random primitive actions, then the policy acts and one update
-    follows every env step.
+    follows every env step. An offline dataset given as :class:`~qc_sb3.common.datasets.OfflineShards` rotates
+    during the online phase, as the reference's online script does: the updates after online step ``i`` (from 1)
+    sample shard ``((i - 1) // swap_interval) % n_shards``, so steps 1-1000 use shard 0, 1001-2000 shard 1, and so
+    on with the reference's interval of 1000.
 
     Variants: ``chunk_size=1`` (default) is RLPD; ``chunk_size=5`` is RLPD-AC (actor and critic over chunks, chunks
     executed open-loop); ``chunk_size=5, bc_alpha=0.01`` is QC-RLPD (plus a behavior-cloning term).
@@ -162,6 +170,29 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             actions = np.array([self.action_space.sample() for _ in range(n_envs)])
             return actions, self.policy.scale_action(actions)
         return super()._sample_action(learning_starts, action_noise, n_envs)
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: ActionNoise | None = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        """
+        SB3's rollout collection, then, when an update follows and the offline data is an ``OfflineShards``, the
+        swap of the buffer's offline segment to the shard of online step ``num_timesteps`` (the reference's
+        online rotation, :meth:`~qc_sb3.common.datasets.OfflineShards.online_shard_index`). The shard follows
+        from the step count alone, so a loaded model resumes the rotation where it stopped.
+        """
+        rollout = super().collect_rollouts(
+            env, callback, train_freq, replay_buffer, action_noise, learning_starts, log_interval
+        )
+        if isinstance(self.offline_dataset, OfflineShards) and self.num_timesteps > learning_starts:
+            self._use_shard(self.offline_dataset.online_shard_index(self.num_timesteps))
+        return rollout
 
     def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
         # spec §4: one backward of the sum, every loss computed with the same pre-step parameters.
