@@ -611,3 +611,20 @@ def test_load_from_a_file_object_checks_it_and_reads_it_from_the_start(tmp_path)
     with open(tmp_path / "model.zip", "rb") as file:
         loaded = QC.load(file)
     assert loaded.chunk_size == model.chunk_size
+
+
+class NaNResetEnv(DriftEnv):
+    """DriftEnv whose reset observation holds a NaN."""
+
+    def reset(self, *, seed=None, options=None):
+        state, info = super().reset(seed=seed, options=options)
+        state[1] = np.nan
+        return state, info
+
+
+def test_non_finite_reset_observation_is_refused_before_the_first_step():
+    model = make_model(QC)
+    model.set_env(DummyVecEnv([lambda: gym.wrappers.TimeLimit(NaNResetEnv(), EPISODE_LENGTH)]))
+    with pytest.raises(ValueError, match=r"env 0 returned a reset observation holding NaN or inf .* at env step 1"):
+        model.learn(total_timesteps=5)
+    assert model.replay_buffer.pos == 0
