@@ -322,7 +322,11 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         parameters_norm = th.nn.utils.get_total_norm(list(policy.parameters()))
         # The one host read of the call: the mean losses, the first step with a NaN or inf loss, the parameters' norm.
         *means, non_finite_step, norm = th.cat(
-            [losses_per_step.mean(dim=0), first_non_finite_step[None].to(losses_per_step), parameters_norm[None]]
+            [
+                losses_per_step.mean(dim=0),
+                first_non_finite_step[None].to(losses_per_step),
+                parameters_norm[None].to(losses_per_step),
+            ]
         ).tolist()
         _check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
