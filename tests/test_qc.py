@@ -471,6 +471,7 @@ class CorruptedEnv(DriftEnv):
         return observation, reward, terminated, truncated, info
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # DummyVecEnv's float32 buffers
 @pytest.mark.parametrize("field", ["reward", "observation"])
 @pytest.mark.parametrize("bad_value", [np.nan, 1e39])
 def test_non_finite_env_output_is_refused_naming_the_env_step(field, bad_value):
@@ -555,8 +556,9 @@ def test_tau_of_one_is_accepted():
 
 def test_batch_larger_than_the_offline_data_warns():
     # offline_arrays() holds 6 episodes of 12 steps: 72 steps.
-    with pytest.warns(UserWarning, match=r"batch_size=100 is larger than the offline dataset \(72 steps\)"):
+    with pytest.warns(UserWarning, match=r"batch_size=100 is larger than the offline dataset \(72 steps\)") as record:
         make_model(QC, batch_size=100)
+    assert record[0].filename == __file__, "the warning points at the user's code"
 
 
 def test_load_of_a_truncated_zip_says_so(tmp_path):

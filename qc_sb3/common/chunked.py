@@ -177,7 +177,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 warnings.warn(
                     f"batch_size={self.batch_size} is larger than the offline dataset ({len(self._offline_transitions)} "
                     "steps): batches are drawn with replacement and repeat steps",
-                    stacklevel=2,
+                    stacklevel=4,  # the user's QC(...), QCFQL(...) or RLPD(...) call, through __init__ and _setup_model
                 )
             add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
             self._offline_transitions = None
