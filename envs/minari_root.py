@@ -1,8 +1,10 @@
-"""Pointing Minari at another local root for the duration of a block (shared by the converters and the runner)."""
+"""Pointing Minari at another local root for a block, and the converters' staging roots (shared with the runner)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,3 +32,56 @@ def minari_root(path: str | os.PathLike) -> Iterator[Path]:
             del os.environ["MINARI_DATASETS_PATH"]
         else:
             os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+# Staging folders are named "<prefix><pid>-<random>", so that a later convert can tell those of killed processes.
+STAGING_PREFIX = ".qc_sb3-staging-"
+
+
+@contextmanager
+def staging_root(root: str | os.PathLike) -> Iterator[Path]:
+    """
+    A temporary Minari root inside ``root`` (same file system, so moving a dataset out of it is a rename), named
+    ``.qc_sb3-staging-<pid>-<random>`` and removed on exit; Minari points at it for the duration of the block.
+
+    Staging folders left by processes that no longer run (a convert killed with kill -9) are removed first.
+
+    :param root: The real Minari root (created if missing)
+    :return: The staging folder, as an absolute path
+    """
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_staging(root)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+    try:
+        with minari_root(staging) as staging_path:
+            yield staging_path
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_abandoned_staging(root: str | os.PathLike) -> list[Path]:
+    """
+    Remove the staging folders under ``root`` whose process is gone (by the pid in their name).
+
+    :param root: A Minari root
+    :return: The folders removed
+    """
+    removed = []
+    for path in Path(root).glob(f"{STAGING_PREFIX}*"):
+        pid = path.name.removeprefix(STAGING_PREFIX).split("-")[0]
+        if path.is_dir() and pid.isdigit() and not _process_is_running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _process_is_running(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    return True

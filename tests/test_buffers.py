@@ -305,6 +305,9 @@ def offline_arrays(n: int = 6) -> dict[str, np.ndarray]:
         ({"rewards": np.zeros(0)}, "at least one step"),
         ({"terminated": np.zeros(5)}, r"terminated has shape \(5,\)"),
         ({"rewards": np.array([0, 0, np.nan, 0, 0, 0])}, "rewards holds NaN or inf.*step 2"),
+        # Finite in float64, inf once stored as float32 (its largest value is about 3.4e38).
+        ({"rewards": np.array([0, 0, 0, 1e39, 0, 0])}, r"rewards holds NaN or inf \(first at step 3\) as float32"),
+        ({"observations": np.eye(6, OBS_DIM, k=-4) * 1e39}, r"observations holds NaN or inf \(first at step 4\)"),
         ({"actions": np.full((6, ACTION_DIM), 2.0)}, r"\[-1, 1\] scale.*\[2.0, 2.0\]"),
         ({"episode_end": np.zeros(6)}, "last step must end an episode"),
         ({"episode_end": np.ones(6)}, "every episode is shorter than chunk_size=2"),

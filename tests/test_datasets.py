@@ -251,6 +251,17 @@ def test_mapping_non_finite_names_array_and_step(name: str, bad_value: float) ->
         load_offline_transitions(source)
 
 
+@pytest.mark.parametrize("name", ["observations", "rewards", "next_observations"])
+def test_mapping_values_beyond_float32_are_refused(name: str) -> None:
+    # 1e39 is finite in float64 but inf in the float32 replay buffer (float32's largest value is about 3.4e38).
+    source = make_mapping(np.random.default_rng(5))
+    source.update(terminals=np.zeros(6), timeouts=np.zeros(6))
+    source[name] = source[name].astype(np.float64)
+    source[name].reshape(6, -1)[4, 0] = -1e39
+    with pytest.raises(ValueError, match=rf"{name} hold NaN or inf \(first at step 4\) as float32"):
+        load_offline_transitions(source)
+
+
 def test_mapping_unequal_lengths() -> None:
     source = make_mapping(np.random.default_rng(6))
     source.update(terminals=np.zeros(6), timeouts=np.zeros(6))

@@ -4,6 +4,8 @@ datasets, read back through Minari and ``qc_sb3.common.datasets``; bad inputs le
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import gymnasium as gym
 import minari
@@ -142,8 +144,24 @@ def bad_inputs(npz_files, tmp_path) -> dict[str, tuple[object, str, type, str]]:
     open_end = {**cube, "terminals": np.concatenate([cube["terminals"][:-1], [False]])}
     one_row = {**cube, "terminals": cube["terminals"].copy()}
     one_row["terminals"][EPISODE_LENGTH] = True
+    wild_actions = {**cube, "actions": cube["actions"].copy()}
+    wild_actions["actions"][7, 1] = 40.0
+    complex_observations = {**cube, "observations": cube["observations"] * (1 + 0.5j)}
     task = "cube-double-play-singletask-task2-v0"
     return {
+        "actions out of bounds": (
+            write_npz(tmp_path / "e.npz", wild_actions),
+            task,
+            ValueError,
+            r"actions leave the env's bounds \[-1.0, 1.0\] \(tolerance 1e-06\): first at row 7",
+        ),
+        "complex observations": (
+            write_npz(tmp_path / "f.npz", complex_observations),
+            task,
+            ValueError,
+            r"observations have dtype complex64; expected real numbers",
+        ),
+        "a directory": (tmp_path, task, IsADirectoryError, r"is a directory; expected an npz file"),
         "missing": (tmp_path / "nothing.npz", task, FileNotFoundError, r"nothing\.npz' does not exist"),
         "truncated": (truncated, task, ValueError, r"truncated\.npz' is not a readable npz"),
         "no qpos": (write_npz(tmp_path / "a.npz", no_qpos), task, ValueError, r"misses the keys \['qpos'\]"),
@@ -242,6 +260,31 @@ def test_shards_are_all_checked_before_any_is_converted(npz_files, tmp_path, min
     assert not minari_root.exists() or not any(minari_root.iterdir())
     with pytest.raises(ValueError, match="holds no training npz"):
         convert_shards(tmp_path, "cube-double-play-singletask-task2-v0")
+
+
+def test_a_failed_shard_convert_leaves_nothing_new_behind(npz_files, tmp_path, minari_root):
+    # Three one-trajectory shards; the third holds a NaN, which only reading its values shows.
+    arrays = npz_arrays(npz_files["cube-double"])
+    (tmp_path / "shards").mkdir()
+    for index, name in enumerate("abc"):
+        write_npz(
+            tmp_path / "shards" / f"{name}.npz",
+            {key: value[index * EPISODE_LENGTH : (index + 1) * EPISODE_LENGTH] for key, value in arrays.items()},
+        )
+    bad = npz_arrays(tmp_path / "shards" / "c.npz")
+    bad["observations"][4, 2] = np.nan
+    write_npz(tmp_path / "shards" / "c.npz", bad)
+    with pytest.raises(ValueError, match=r"c\.npz' observations hold NaN or inf"):
+        convert_shards(tmp_path / "shards", "cube-double-play-singletask-task2-v0")
+    assert not minari_root.exists() or [path.name for path in minari_root.iterdir()] == [], "no shard published"
+
+
+def test_staging_folders_of_killed_converts_are_removed(npz_files, minari_root):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    abandoned = minari_root / f".qc_sb3-staging-{int(finished.stdout)}-abc123"
+    (abandoned / "ogbench").mkdir(parents=True)
+    convert_to_minari(npz_files["cube-double"], "cube-double-play-singletask-task2-v0")
+    assert [path.name for path in minari_root.iterdir()] == ["ogbench"]
 
 
 def test_cli_convert_with_custom_id_and_overwrite(npz_files, tmp_path, capsys):

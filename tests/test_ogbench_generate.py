@@ -3,6 +3,8 @@ reproducibility across seeds and worker counts, the scene health check, atomic w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import ogbench
 import pytest
@@ -214,3 +216,15 @@ def test_cli_generate_with_progress(tmp_path, capsys):
     assert len(read_npz(tmp_path / "cube-single-play-v0-val.npz")["terminals"]) == 5
     assert main(["generate", "cube-single-play", "--episodes", "1", "--out", str(tmp_path)]) == 2
     assert "already exist" in capsys.readouterr().err
+
+
+# An existing folder in which no one, root included, can create a file (created files would fail the same way late).
+UNWRITABLE_FOLDER = Path("/proc/self")
+
+
+@pytest.mark.skipif(not UNWRITABLE_FOLDER.is_dir(), reason="needs Linux's /proc/self as an unwritable folder")
+def test_unwritable_output_folder_is_refused_before_generating(monkeypatch):
+    monkeypatch.setattr(generate_module, "PlayCollector", None)  # any generation would fail differently
+    with pytest.raises(PermissionError, match=r"output folder '/proc/self' is not writable.*before generating"):
+        generate_dataset("cube-single-play-v0", episodes=1, out_dir=UNWRITABLE_FOLDER)
+    assert main(["generate", "cube-single-play-v0", "--episodes", "1", "--out", str(UNWRITABLE_FOLDER)]) == 2

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from qc_sb3 import QC, QCFQL
 
@@ -449,3 +451,182 @@ def test_policy_alone_saves_and_loads(cls, tmp_path):
     expected = model.policy.predict_chunk(observations)
     th.manual_seed(4)
     np.testing.assert_array_equal(policy.predict_chunk(observations), expected)
+
+
+class CorruptedEnv(DriftEnv):
+    """DriftEnv whose step ``bad_step`` (1-based) returns ``bad_value`` as its reward or first observation entry."""
+
+    def __init__(self, field: str, bad_step: int, bad_value: float):
+        self.field, self.bad_step, self.bad_value, self.steps = field, bad_step, bad_value, 0
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps == self.bad_step:
+            if self.field == "reward":
+                reward = self.bad_value
+            else:
+                observation = observation.astype(np.float64)
+                observation[0] = self.bad_value
+        return observation, reward, terminated, truncated, info
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # DummyVecEnv's float32 buffers
+@pytest.mark.parametrize("field", ["reward", "observation"])
+@pytest.mark.parametrize("bad_value", [np.nan, 1e39])
+def test_non_finite_env_output_is_refused_naming_the_env_step(field, bad_value):
+    # Two envs; env 1 goes bad at its 4th step, which is env step 2 * 4 = 8 (num_timesteps counts both envs).
+    env = DummyVecEnv([make_env, lambda: gym.wrappers.TimeLimit(CorruptedEnv(field, 4, bad_value), EPISODE_LENGTH)])
+    model = QC(
+        "MlpPolicy",
+        env,
+        offline_dataset=offline_arrays(),
+        offline_gradient_steps=0,
+        learning_starts=1000,
+        batch_size=8,
+        chunk_size=3,
+        actor_num_samples=2,
+        flow_steps=2,
+        policy_kwargs=TINY,
+        seed=0,
+    )
+    message = rf"env 1 returned a {field} holding NaN or inf .* at env step 8 \(num_timesteps\)"
+    with pytest.raises(ValueError, match=message):
+        model.learn(total_timesteps=20)
+    assert model.replay_buffer.pos == 3, "the three clean steps of each env are stored, not the bad one"
+    assert np.isfinite(model.replay_buffer.rewards).all() and np.isfinite(model.replay_buffer.next_observations).all()
+
+
+def test_values_beyond_float32_in_the_offline_data_are_refused_at_construction():
+    data = offline_arrays()
+    data["rewards"] = data["rewards"].astype(np.float64)
+    data["rewards"][7] = 1e39  # finite in float64, inf in the float32 buffer
+    with pytest.raises(ValueError, match=r"rewards hold NaN or inf \(first at step 7\) as float32"):
+        make_model(QC, offline_dataset=data)
+
+
+@pytest.mark.parametrize("cls", [QC, QCFQL])
+def test_nan_loss_stops_training_naming_the_update_and_the_loss(cls, tmp_path):
+    model = make_model(cls, offline_gradient_steps=0)
+    model.train(gradient_steps=2, batch_size=8)
+    # From now on every offline reward is NaN: the critic's TD loss of the next update (update 3) is NaN.
+    model.replay_buffer.offline_rewards[:] = np.nan
+    with pytest.raises(RuntimeError, match=r"critic_loss.* became NaN or inf at update 3 \(n_updates\).*do not save"):
+        model.train(gradient_steps=4, batch_size=8)
+
+
+def test_nan_parameters_after_finite_losses_stop_training():
+    model = make_model(QC, offline_gradient_steps=0)
+    model.train(gradient_steps=1, batch_size=8)
+    losses = model._losses
+
+    def losses_then_nan_weights(batch):
+        # The losses of this update are finite; its optimizer step then sees a NaN gradient-free weight.
+        result = losses(batch)
+        with th.no_grad():
+            next(model.policy.flow.parameters()).fill_(np.nan)
+        return result
+
+    model._losses = losses_then_nan_weights
+    with pytest.raises(RuntimeError, match=r"parameters became NaN or inf in updates 2\.\.2 \(the losses were finite\)"):
+        model.train(gradient_steps=1, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"buffer_size": 0}, "buffer_size must be an integer >= 1, got 0"),
+        ({"buffer_size": -5}, "buffer_size must be an integer >= 1, got -5"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+        ({"batch_size": -16}, "batch_size must be an integer >= 1, got -16"),
+        ({"tau": 0.0}, r"tau must be a number in \(0, 1\], got 0.0"),
+        ({"tau": 1.5}, r"tau must be a number in \(0, 1\], got 1.5"),
+        ({"tau": -0.1}, r"tau must be a number in \(0, 1\], got -0.1"),
+    ],
+)
+@pytest.mark.parametrize("cls", [QC, QCFQL])
+def test_bad_buffer_batch_and_tau_are_refused_at_construction(cls, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cls("MlpPolicy", make_env(), policy_kwargs=TINY, **kwargs)
+
+
+def test_tau_of_one_is_accepted():
+    assert make_model(QC, tau=1.0).tau == 1.0
+
+
+def test_batch_larger_than_the_offline_data_warns():
+    # offline_arrays() holds 6 episodes of 12 steps: 72 steps.
+    with pytest.warns(UserWarning, match=r"batch_size=100 is larger than the offline dataset \(72 steps\)") as record:
+        make_model(QC, batch_size=100)
+    assert record[0].filename == __file__, "the warning points at the user's code"
+
+
+def test_load_of_a_truncated_zip_says_so(tmp_path):
+    make_model(QC).save(tmp_path / "model.zip")
+    content = (tmp_path / "model.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(content[: len(content) // 2])
+    with pytest.raises(ValueError, match="is not a complete qc_sb3 model file"):
+        QC.load(tmp_path / "cut.zip")
+
+
+def test_load_of_a_zip_with_a_damaged_member_says_so(tmp_path):
+    make_model(QC).save(tmp_path / "model.zip")
+    with zipfile.ZipFile(tmp_path / "model.zip") as source, zipfile.ZipFile(tmp_path / "damaged.zip", "w") as target:
+        for item in source.infolist():
+            target.writestr(item, source.read(item))
+    content = bytearray((tmp_path / "damaged.zip").read_bytes())
+    # Flip one byte inside the stored policy.pth member: its CRC no longer matches.
+    with zipfile.ZipFile(tmp_path / "damaged.zip") as archive:
+        member = archive.getinfo("policy.pth")
+    offset = member.header_offset + 30 + len(member.filename) + len(member.extra) + member.compress_size // 2
+    content[offset] ^= 0xFF
+    (tmp_path / "damaged.zip").write_bytes(bytes(content))
+    with pytest.raises(ValueError, match=r"not a complete qc_sb3 model file.*policy.pth"):
+        QC.load(tmp_path / "damaged.zip")
+
+
+@pytest.mark.parametrize(
+    "save, loader, found",
+    [
+        (
+            lambda path: make_model(QCFQL).save(path),
+            QC,
+            r"a model of QCFQL \(policy class qc_sb3.qc_fql.policies.QCFQLPolicy\)",
+        ),
+        (lambda path: make_model(QC).save(path), QCFQL, r"a model of QC \(policy class qc_sb3.qc.policies.QCPolicy\)"),
+        (
+            lambda path: SAC("MlpPolicy", make_env(), policy_kwargs=dict(TINY), buffer_size=10).save(path),
+            QC,
+            r"a model of SAC \(policy class stable_baselines3.sac.policies.SACPolicy\)",
+        ),
+    ],
+)
+def test_load_of_another_algorithms_zip_names_it(tmp_path, save, loader, found):
+    save(tmp_path / "model.zip")
+    with pytest.raises(ValueError, match=rf"{found}, not of {loader.__name__}"):
+        loader.load(tmp_path / "model.zip")
+
+
+def test_load_from_a_file_object_checks_it_and_reads_it_from_the_start(tmp_path):
+    model = make_model(QC)
+    model.save(tmp_path / "model.zip")
+    with open(tmp_path / "model.zip", "rb") as file:
+        loaded = QC.load(file)
+    assert loaded.chunk_size == model.chunk_size
+
+
+class NaNResetEnv(DriftEnv):
+    """DriftEnv whose reset observation holds a NaN."""
+
+    def reset(self, *, seed=None, options=None):
+        state, info = super().reset(seed=seed, options=options)
+        state[1] = np.nan
+        return state, info
+
+
+def test_non_finite_reset_observation_is_refused_before_the_first_step():
+    model = make_model(QC)
+    model.set_env(DummyVecEnv([lambda: gym.wrappers.TimeLimit(NaNResetEnv(), EPISODE_LENGTH)]))
+    with pytest.raises(ValueError, match=r"env 0 returned a reset observation holding NaN or inf .* at env step 1"):
+        model.learn(total_timesteps=5)
+    assert model.replay_buffer.pos == 0

@@ -474,3 +474,26 @@ def test_policy_alone_saves_and_loads(tmp_path):
     expected = model.policy.predict_chunk(observations)
     th.manual_seed(4)
     np.testing.assert_array_equal(policy.predict_chunk(observations), expected)
+
+
+def test_nan_loss_stops_training_naming_the_update():
+    model = make_model()
+    model.train(gradient_steps=1, batch_size=model.batch_size)
+    # Every offline reward NaN from now on: the critic's TD loss of update 2 is NaN.
+    model.replay_buffer.offline_rewards[:] = np.nan
+    # One update per call: with NaN weights, the actor's Normal of a following update would refuse its NaN mean first.
+    with pytest.raises(RuntimeError, match=r"critic_loss.* became NaN or inf at update 2 \(n_updates\)"):
+        model.train(gradient_steps=1, batch_size=model.batch_size)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"buffer_size": 0}, "buffer_size must be an integer >= 1, got 0"),
+        ({"batch_size": -16}, "batch_size must be an integer >= 1, got -16"),
+        ({"tau": 2.0}, r"tau must be a number in \(0, 1\], got 2.0"),
+    ],
+)
+def test_bad_buffer_batch_and_tau_are_refused_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_model(**kwargs)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 
 from envs.robomimic import convert_to_minari
+from envs.robomimic.__main__ import main
 from qc_sb3.common.datasets import load_offline_transitions
 
 # The paper's observation: these keys of obs/, in this order, with these sizes for lift.
@@ -233,3 +237,75 @@ def test_relative_minari_root(lift_file: Path, tmp_path: Path, monkeypatch: pyte
     dataset_id = convert_to_minari(lift_file, "lift")
     assert (tmp_path / "relative" / "minari" / dataset_id / "data" / "main_data.hdf5").is_file()
     assert len(load_offline_transitions(dataset_id).rewards) == sum(DEMOS.values())
+
+
+def edited_file(path: Path, edit) -> Path:
+    """The small lift file with ``edit(file)`` applied."""
+    write_file(path)
+    with h5py.File(path, "a") as file:
+        edit(file)
+    return path
+
+
+def set_value(name: str, index: tuple, value) -> object:
+    def edit(file: h5py.File) -> None:
+        file[name][index] = value
+
+    return edit
+
+
+def replace_dataset(name: str, make) -> object:
+    def edit(file: h5py.File) -> None:
+        values = file[name][()]
+        del file[name]
+        file.create_dataset(name, data=make(values))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (set_value("data/demo_10/obs/object", (3, 1), np.nan), r"demo_10 has observations holding NaN or inf.*row 3"),
+        (set_value("data/demo_0/next_obs/object", (5, 0), np.inf), r"demo_0 has next observations holding NaN or inf.*row 5"),
+        # Finite in float64, inf in the float32 dataset.
+        (set_value("data/demo_10/obs/robot0_eef_pos", (2, 0), 1e39), r"demo_10 has observations holding NaN or inf.*row 2"),
+        (set_value("data/demo_0/actions", (4, 6), np.nan), r"demo_0 has actions holding NaN or inf.*row 4"),
+        (set_value("data/demo_0/actions", (1, 0), 7.5), r"demo_0 has actions up to 7.5"),
+        (
+            replace_dataset("data/demo_0/obs/object", lambda values: values * (1 + 1j)),
+            r"demo_0 has obs/object of dtype complex128; expected real numbers",
+        ),
+        (
+            replace_dataset("mask/train", lambda names: np.array([b"demo_0", b"demo_10", b"demo_0", b"demo_0"])),
+            r"filter key 'train' of .* lists demos more than once \(demo_0 3 times\)",
+        ),
+    ],
+)
+def test_every_array_and_mask_is_checked_before_anything_is_written(
+    tmp_path: Path, minari_root: Path, edit, message: str
+) -> None:
+    path = edited_file(tmp_path / "bad.hdf5", edit)
+    with pytest.raises(ValueError, match=message):
+        convert_to_minari(path, "lift", filter_key="train")
+    assert not minari_root.exists() or list(minari_root.iterdir()) == []
+
+
+def test_a_directory_is_said_to_be_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(IsADirectoryError, match=r"is a directory; expected a robomimic low-dim hdf5 file"):
+        convert_to_minari(tmp_path, "lift")
+    assert main(["convert", str(tmp_path), "--task", "lift"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_staging_folders_of_killed_converts_are_removed(lift_file: Path, minari_root: Path) -> None:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead_pid = int(finished.stdout)
+    abandoned = minari_root / f".qc_sb3-staging-{dead_pid}-abc123"
+    (abandoned / "robomimic").mkdir(parents=True)
+    (abandoned / "robomimic" / "half-made.hdf5").write_bytes(b"partial")
+    # A staging folder of a process that runs (this one) belongs to a convert in progress: it is kept.
+    running = minari_root / f".qc_sb3-staging-{os.getpid()}-def456"
+    running.mkdir()
+    convert_to_minari(lift_file, "lift")
+    assert sorted(path.name for path in minari_root.iterdir()) == [running.name, "robomimic"]

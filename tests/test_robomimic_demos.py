@@ -17,6 +17,7 @@ pytest.importorskip(
 )
 
 from envs.robomimic import RobomimicEnv, convert_to_minari, generate_demos, make_env
+from envs.robomimic import demos as demos_module
 from qc_sb3 import QC
 
 EPISODES = 3
@@ -127,3 +128,21 @@ def test_generate_convert_then_qc_offline_and_online(lift_demos: Path) -> None:
     assert model.offline_steps_done == 20 and model.num_timesteps == 40
     assert model.replay_buffer.offline_size == total
     env.close()
+
+
+def no_generation(*args, **kwargs):
+    raise AssertionError("demos were generated before the output path was checked")
+
+
+def test_output_path_that_is_a_directory_is_refused_before_generating(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(demos_module, "_episodes", no_generation)
+    with pytest.raises(IsADirectoryError, match="is a directory; expected the path of the hdf5 file"):
+        generate_demos("lift", episodes=1, out_path=tmp_path, overwrite=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc/self as an unwritable folder")
+def test_unwritable_output_folder_is_refused_before_generating(monkeypatch) -> None:
+    # /proc/self exists, yet no one (root included) can create a file in it.
+    monkeypatch.setattr(demos_module, "_episodes", no_generation)
+    with pytest.raises(PermissionError, match=r"output folder '/proc/self' is not writable"):
+        generate_demos("lift", episodes=1, out_path=Path("/proc/self/demos.hdf5"))

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.source, args.task, dataset_id=args.id, overwrite=args.overwrite, progress=not args.no_progress
             )
             print(f"wrote Minari dataset {dataset_id}")
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - start:.1f} s")

@@ -6,7 +6,7 @@ rows ``ogbench.utils.load_dataset(..., compact_dataset=False)`` keeps: every row
 successor is the next row. One Minari episode per npz trajectory (its end is OGBench's ``terminals``); trajectories do
 not stop at success, so ``terminations`` (``1 - masks``) may be set before an episode's last step; the last step is
 truncated unless terminated. The dataset stores the single-task env's spec, so ``recover_environment()`` rebuilds it.
-It is written under a temporary folder in the Minari root and moved into place only when complete.
+It is written under a staging folder of the Minari root and moved into place only when complete.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
-import shutil
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -34,8 +32,9 @@ from numpy.lib import format as npy_format
 from ogbench.relabel_utils import relabel_dataset
 from tqdm import tqdm
 
-from envs.minari_root import minari_root
+from envs.minari_root import minari_root, staging_root
 from envs.ogbench.tasks import parse_task, singletask_env_id
+from qc_sb3.common.datasets import ACTION_BOUNDS_TOLERANCE
 
 # Families whose npz files carry button_states (upstream: envs with `_cur_button_states`).
 BUTTON_FAMILIES = frozenset({"scene", "puzzle-3x3"})
@@ -99,10 +98,12 @@ def convert_to_minari(
     family, _ = parse_task(task)
     dataset_id = default_dataset_id(task) if dataset_id is None else dataset_id
     _check_new_dataset_id(dataset_id, overwrite)
-    npz_path = Path(npz_path)
+    npz_path = _npz_file(npz_path)
     arrays = _read_npz(npz_path, family)
-    with contextlib.closing(gym.make(singletask_env_id(task))) as env:
-        _write_converted(npz_path, task, dataset_id, arrays, env, overwrite, progress)
+    root = _absolute_minari_root()
+    with contextlib.closing(gym.make(singletask_env_id(task))) as env, staging_root(root) as staging:
+        _write_converted(npz_path, task, dataset_id, arrays, env, progress)
+        _publish(staging, root, [dataset_id], overwrite)
     return dataset_id
 
 
@@ -117,8 +118,10 @@ def convert_shards(
     Convert every training npz of a folder (not the ``-val`` ones), sorted by file name, each to its own Minari id
     ``"ogbench/<task without -v0>-shard<NNN>-v0"``.
 
-    The ids, and the keys and shapes of all shards, are checked before the first one is converted; each shard's
-    values (terminals, finiteness) are checked when it is read.
+    The ids, and the keys, dtypes and shapes of all shards, are checked before the first one is converted; each
+    shard's values (terminals, finiteness, action bounds) are checked when it is read. Every shard is written to a
+    staging folder and the datasets are moved into place only once all are complete: a failed convert leaves
+    nothing new behind.
 
     :param npz_dir: A folder of npz shards
     :param task: The paper's task name, e.g. ``"cube-double-play-singletask-task2-v0"``
@@ -139,13 +142,32 @@ def convert_shards(
     shapes = {path: _inspect_npz(path) for path in shards}
     for path in shards:
         _check_npz_layout(path, shapes[path], family)
+    root = _absolute_minari_root()
     with contextlib.closing(gym.make(singletask_env_id(task))) as env:
         dims = _env_dims(env, family)
         for path in shards:
             _check_row_shapes(path, shapes[path], dims)
-        for path, dataset_id in zip(shards, dataset_ids, strict=True):
-            _write_converted(path, task, dataset_id, _read_npz(path, family), env, overwrite, progress)
+        with staging_root(root) as staging:
+            for path, dataset_id in zip(shards, dataset_ids, strict=True):
+                _write_converted(path, task, dataset_id, _read_npz(path, family), env, progress)
+            _publish(staging, root, dataset_ids, overwrite)
     return dataset_ids
+
+
+def _npz_file(path: str | os.PathLike) -> Path:
+    """The path, refused with a clear message when it is a folder (convert_shards takes folders)."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{str(path)!r} is a directory; expected an npz file (convert_shards, or the command line, takes a folder "
+            "of npz shards)"
+        )
+    return path
+
+
+def _absolute_minari_root() -> Path:
+    """The local Minari root, absolute: Minari joins a relative root with itself when it writes."""
+    return Path(get_dataset_path()).resolve()
 
 
 def _check_new_dataset_id(dataset_id: str, overwrite: bool) -> None:
@@ -202,13 +224,16 @@ def _write_converted(
     dataset_id: str,
     arrays: dict[str, np.ndarray],
     env: gym.Env,
-    overwrite: bool,
     progress: bool,
 ) -> None:
-    """Check the arrays' per-row shapes against the env, relabel them and write the Minari dataset."""
+    """
+    Check the arrays' per-row shapes and action bounds against the env, relabel them and create the Minari dataset
+    in the current Minari root (a staging root: see :func:`_publish`).
+    """
     family, _ = parse_task(task)
     dims = _env_dims(env, family)
     _check_row_shapes(npz_path, {key: array.shape for key, array in arrays.items()}, dims)
+    _check_actions_in_bounds(npz_path, arrays["actions"], env.action_space)
     rewards, masks = _relabel(env, dims, arrays)
     description = (
         f"OGBench {task} from {npz_path.name}: one episode per trajectory; rewards (minus the number of unsolved "
@@ -217,22 +242,43 @@ def _write_converted(
     )
     episodes = _episode_buffers(arrays, rewards, masks)
     n_episodes = int(arrays["terminals"].sum())
-    _write_minari_dataset(
-        dataset_id,
-        tqdm(episodes, total=n_episodes, unit="episode", desc=dataset_id, disable=not progress),
-        env,
-        gym.spaces.Box(-np.inf, np.inf, (dims.observation,), np.float32),
-        description,
-        overwrite,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
+        minari.create_dataset_from_buffers(
+            dataset_id,
+            tqdm(episodes, total=n_episodes, unit="episode", desc=dataset_id, disable=not progress),
+            env=env,
+            eval_env=env,
+            algorithm_name="OGBench play data, single-task relabelled",
+            author="qc_sb3",
+            description=description,
+            observation_space=gym.spaces.Box(-np.inf, np.inf, (dims.observation,), np.float32),
+            action_space=env.action_space,
+            requirements=[f"ogbench>={importlib.metadata.version('ogbench')}"],
+        )
+
+
+def _check_actions_in_bounds(path: Path, actions: np.ndarray, action_space: gym.spaces.Box) -> None:
+    """Actions within the env's bounds, up to the tolerance the library allows (``qc_sb3.common.datasets``)."""
+    outside = (actions < action_space.low - ACTION_BOUNDS_TOLERANCE) | (actions > action_space.high + ACTION_BOUNDS_TOLERANCE)
+    outside_rows = outside.any(axis=1)
+    if outside_rows.any():
+        row = int(np.argmax(outside_rows))
+        raise ValueError(
+            f"{str(path)!r} actions leave the env's bounds [{action_space.low.min()}, {action_space.high.max()}] "
+            f"(tolerance {ACTION_BOUNDS_TOLERANCE}): first at row {row}, {actions[row].tolist()}"
+        )
 
 
 def _inspect_npz(path: Path) -> dict[str, tuple[int, ...]]:
-    """The shape of every array of an npz, read from the .npy headers only (nothing is decompressed past them)."""
+    """
+    The shape of every array of an npz, read from the .npy headers only (nothing is decompressed past them); arrays
+    that are not real numbers (complex, strings, objects) are refused.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"npz file {str(path)!r} does not exist")
     try:
-        shapes = {}
+        shapes, dtypes = {}, {}
         with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
                 if not member.endswith(".npy"):
@@ -241,11 +287,18 @@ def _inspect_npz(path: Path) -> dict[str, tuple[int, ...]]:
                     version = npy_format.read_magic(file)
                     if version not in _NPY_HEADER_READERS:
                         raise ValueError(f"{member} has .npy format version {version}; expected 1.0 or 2.0")
-                    shape, _, _ = _NPY_HEADER_READERS[version](file)
+                    shape, _, dtype = _NPY_HEADER_READERS[version](file)
                 shapes[member.removesuffix(".npy")] = shape
-        return shapes
+                dtypes[member.removesuffix(".npy")] = dtype
     except _NPZ_READ_ERRORS as error:
         raise ValueError(f"{str(path)!r} is not a readable npz file (truncated or corrupt?): {error}") from error
+    for key, dtype in dtypes.items():
+        if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating) or dtype == np.bool_):
+            raise ValueError(
+                f"{str(path)!r} {key} have dtype {dtype}; expected real numbers (integers, floats or bools): a complex "
+                "array would lose its imaginary part"
+            )
+    return shapes
 
 
 def _check_npz_layout(path: Path, shapes: dict[str, tuple[int, ...]], family: str) -> None:
@@ -285,7 +338,7 @@ def _load_npz(path: Path, family: str) -> dict[str, np.ndarray]:
     """The required arrays, observations and actions as float32 (OGBench's loader casts them the same way)."""
     dtypes = {"observations": np.float32, "actions": np.float32}
     try:
-        with np.load(path) as file:
+        with np.load(path) as file, np.errstate(over="ignore"):
             return {key: np.asarray(file[key], dtype=dtypes.get(key)) for key in _required_keys(family)}
     except _NPZ_READ_ERRORS as error:
         raise ValueError(f"{str(path)!r} could not be read (truncated or corrupt?): {error}") from error
@@ -306,9 +359,13 @@ def _check_npz_contents(path: Path, arrays: dict[str, np.ndarray]) -> None:
             f"{str(path)!r} row {int(np.argmax(single_row))} is a one-row trajectory; expected at least 2 rows each"
         )
     for key in ("observations", "actions", "qpos"):
+        # Observations and actions are already float32 (a finite 1e39 has become inf), as stored.
         finite_rows = np.isfinite(arrays[key]).all(axis=1)
         if not finite_rows.all():
-            raise ValueError(f"{str(path)!r} {key} hold NaN or inf (first at row {int(np.argmin(finite_rows))})")
+            raise ValueError(
+                f"{str(path)!r} {key} hold NaN or inf, as float32 for observations and actions (first at row "
+                f"{int(np.argmin(finite_rows))})"
+            )
 
 
 def _relabel(env: gym.Env, dims: _EnvDims, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -340,45 +397,26 @@ def _episode_buffers(arrays: dict[str, np.ndarray], rewards: np.ndarray, masks: 
         )
 
 
-def _write_minari_dataset(
-    dataset_id: str,
-    episodes: Iterator[EpisodeBuffer],
-    env: gym.Env,
-    observation_space: gym.spaces.Box,
-    description: str,
-    overwrite: bool,
-) -> None:
+def _publish(staging: Path, root: Path, dataset_ids: list[str], overwrite: bool) -> None:
     """
-    Create the dataset under a hidden staging folder of the Minari root, then move it into place (replacing an
-    existing one, if ``overwrite``, only after the new one is complete; data.md: a failed create leaves a half-made
-    folder behind). Minari is pointed at the staging folder through ``MINARI_DATASETS_PATH`` meanwhile: other Minari
-    calls in concurrent threads of this process would see that root.
+    Move complete datasets from the staging root into the real root, each replacing an existing one only if
+    ``overwrite`` (data.md: a failed create leaves a half-made folder behind, so nothing is created in place).
+
+    :param staging: The staging root the datasets were created in
+    :param root: The real Minari root
+    :param dataset_ids: The datasets to move
+    :param overwrite: Whether an existing dataset with one of these ids may be replaced
     """
-    # Absolute: Minari joins a relative root with itself when it writes.
-    root = Path(get_dataset_path()).resolve()
-    namespace = parse_dataset_id(dataset_id)[0]
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=".qc_sb3-staging-"))
-    try:
-        with minari_root(staging), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
-            minari.create_dataset_from_buffers(
-                dataset_id,
-                episodes,
-                env=env,
-                eval_env=env,
-                algorithm_name="OGBench play data, single-task relabelled",
-                author="qc_sb3",
-                description=description,
-                observation_space=observation_space,
-                action_space=env.action_space,
-                requirements=[f"ogbench>={importlib.metadata.version('ogbench')}"],
-            )
+    for dataset_id in dataset_ids:
         final = root / dataset_id
-        final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists() and not overwrite:
             raise FileExistsError(f"Minari dataset {dataset_id!r} appeared at {str(final)!r} during the conversion")
+    for dataset_id in dataset_ids:
+        final = root / dataset_id
+        final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
-            replaced = staging / ".replaced"
+            replaced = staging / ".replaced" / dataset_id
+            replaced.parent.mkdir(parents=True, exist_ok=True)
             os.replace(final, replaced)
             try:
                 os.replace(staging / dataset_id, final)
@@ -387,7 +425,7 @@ def _write_minari_dataset(
                 raise
         else:
             os.replace(staging / dataset_id, final)
-        if namespace not in list_local_namespaces():
-            create_namespace(namespace)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with minari_root(root):
+            namespace = parse_dataset_id(dataset_id)[0]
+            if namespace not in list_local_namespaces():
+                create_namespace(namespace)

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from envs.ogbench.play import UPSTREAM_EPISODE_LENGTH, PlayCollector, PlayEpisode, parse_play_dataset
+from envs.output_folder import check_writable_folder
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def generate_dataset(
 
     :param dataset: ``"<family>-play-v0"`` (or without ``-v0``), e.g. ``"cube-double-play-v0"``
     :param episodes: Number of training episodes (OGBench: 1000; cube-triple 3000, cube-quadruple 5000)
-    :param out_dir: Folder to write the two files into (created if missing)
+    :param out_dir: Folder to write the two files into (created if missing; checked writable before generating)
     :param workers: Number of worker processes (1: record in this process)
     :param seed: The dataset's seed; the same seed gives identical arrays whatever the number of workers
     :param val_episodes: Number of validation episodes, recorded after the training ones; default
@@ -80,7 +81,7 @@ def generate_dataset(
         existing = [str(path) for path in (train_path, val_path) if path.exists()]
         if existing:
             raise FileExistsError(f"{existing} already exist; pass overwrite=True (--overwrite) to replace them")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_writable_folder(out_dir)
 
     n_episodes = episodes + val_episodes
     start = time.perf_counter()

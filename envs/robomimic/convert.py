@@ -6,10 +6,7 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,7 @@ import numpy as np
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
-from envs.minari_root import minari_root
+from envs.minari_root import staging_root
 from envs.robomimic.env import env_spec
 from envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
 
@@ -77,6 +74,8 @@ def inspect_file(hdf5_path: str | os.PathLike, task: str, filter_key: str | None
     """
     info = resolve_task(task)
     path = Path(hdf5_path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a directory; expected a robomimic low-dim hdf5 file")
     if not path.is_file():
         raise FileNotFoundError(f"robomimic file {str(path)!r} does not exist (expected a robomimic low-dim hdf5 file)")
     try:
@@ -110,6 +109,13 @@ def _select_demos(file: h5py.File, path: Path, filter_key: str | None) -> list[s
                 f"{available if available else 'none'}"
             )
         demos = [name.decode() if isinstance(name, bytes) else str(name) for name in file["mask"][filter_key][()]]
+        repeated = sorted({name for name in demos if demos.count(name) > 1})
+        if repeated:
+            counts = ", ".join(f"{name} {demos.count(name)} times" for name in repeated[:5])
+            raise ValueError(
+                f"filter key {filter_key!r} of {str(path)!r} lists demos more than once ({counts}); expected each demo "
+                "at most once"
+            )
         unknown = [name for name in demos if name not in all_demos]
         if unknown:
             raise ValueError(
@@ -130,6 +136,13 @@ def _check_demo(demo: h5py.Group, where: str, info: TaskInfo) -> None:
             f"robomimic demo {where} lacks {missing}; a low-dim file needs actions, rewards, dones and obs/ and "
             f"next_obs/ {list(LOW_DIM_KEYS)}"
         )
+    for name in required:
+        dtype = demo[name].dtype
+        if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating) or dtype == np.bool_):
+            raise ValueError(
+                f"robomimic demo {where} has {name} of dtype {dtype}; expected real numbers (a complex array would "
+                "lose its imaginary part)"
+            )
     actions = demo["actions"].shape
     if len(actions) != 2 or actions[1] != ACTION_DIM or actions[0] < 1:
         raise ValueError(f"robomimic demo {where} has actions of shape {actions}; expected (n >= 1, {ACTION_DIM})")
@@ -162,6 +175,17 @@ def _episodes(demo: h5py.Group, where: str) -> list[EpisodeBuffer]:
     actions = np.asarray(demo["actions"][()], dtype=np.float64)
     rewards = np.asarray(demo["rewards"][()], dtype=np.float64)
     dones = np.asarray(demo["dones"][()])
+    with np.errstate(over="ignore"):
+        # Checked as stored: float32, where a finite 1e39 becomes inf.
+        observations = observations.astype(np.float32)
+        next_observations = next_observations.astype(np.float32)
+    for name, values in (("observations", observations), ("next observations", next_observations), ("actions", actions)):
+        finite_rows = np.isfinite(values).all(axis=1)
+        if not finite_rows.all():
+            raise ValueError(
+                f"robomimic demo {where} has {name} holding NaN or inf (as float32 for observations; first at row "
+                f"{int(np.argmin(finite_rows))}); expected finite values"
+            )
     if not np.isin(rewards, (0.0, 1.0)).all():
         raise ValueError(
             f"robomimic demo {where} has rewards {np.unique(rewards)[:5]}; expected sparse rewards 0/1 "
@@ -219,8 +243,10 @@ def convert_to_minari(
     has ``dones`` = 0 (cut short) ends with a truncated piece.
 
     ``minari.load_dataset(id).recover_environment()`` builds the env from the file's ``env_args`` with the
-    task's episode limit (robosuite needed then). The dataset is written under a temporary Minari root in the
-    same folder and moved into place when complete.
+    task's episode limit (robosuite needed then). Every demo is checked (finite values, actions in [-1, 1], real
+    dtypes, each demo listed once by the filter key) before anything is written; the dataset is then written under
+    a staging Minari root in the same folder (staging folders of killed converts are removed by the next one) and
+    moved into place when complete.
 
     :param hdf5_path: The robomimic hdf5 file
     :param task: The task name (full or short)
@@ -247,7 +273,7 @@ def convert_to_minari(
             episode for demo in source.demos for episode in _episodes(file["data"][demo], f"{source.path}:data/{demo}")
         ]
     selection = "all demos" if filter_key is None else f"the demos of filter key {filter_key!r}"
-    with _staging_root(root) as staging, warnings.catch_warnings():
+    with staging_root(root) as staging, warnings.catch_warnings():
         # Minari warns about metadata it does not need here (author, permalink, the env spec set just after).
         warnings.filterwarnings("ignore", message=r"`(code_permalink|author|author_email)` is set to None")
         warnings.filterwarnings("ignore", message="env_spec is None")
@@ -271,14 +297,6 @@ def _minari_root() -> Path:
     root = os.environ.get("MINARI_DATASETS_PATH")
     # Absolute: Minari joins a relative root with itself when it writes.
     return Path(root).resolve() if root is not None else Path.home() / ".minari" / "datasets"
-
-
-@contextmanager
-def _staging_root(root: Path) -> Iterator[Path]:
-    """A temporary Minari root inside the real one ``root`` (same file system, so the final move is a rename)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as staging, minari_root(staging) as staging_root:
-        yield staging_root
 
 
 def _move_into_place(staging: Path, root: Path, dataset_id: str) -> None:

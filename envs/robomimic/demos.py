@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
+from envs.output_folder import check_writable_folder
 from envs.robomimic.env import import_robosuite, reseed, reset_robosuite, robosuite_kwargs
 from envs.robomimic.scripted import OPERATOR_STYLES, make_controller
 from envs.robomimic.tasks import default_env_args, resolve_task
@@ -190,7 +191,8 @@ def generate_demos(
 
     :param task: The task name (full or short)
     :param episodes: Number of demos to write
-    :param out_path: The hdf5 file to write (written to a temporary file first, then moved into place)
+    :param out_path: The hdf5 file to write (its folder checked writable before generating; written to a temporary
+        file first, then moved into place)
     :param seed: The generation's seed
     :param workers: Number of processes running episodes
     :param progress: Whether to show a progress bar
@@ -211,9 +213,11 @@ def generate_demos(
     if max_attempts < episodes:
         raise ValueError(f"max_attempts ({max_attempts}) must be at least episodes ({episodes})")
     out_path = Path(out_path)
+    if out_path.is_dir():
+        raise IsADirectoryError(f"{str(out_path)!r} is a directory; expected the path of the hdf5 file to write")
     if out_path.exists() and not overwrite:
         raise FileExistsError(f"{str(out_path)!r} already exists; pass overwrite=True (--overwrite) to replace it")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable_folder(out_path.parent)
 
     kept: list[Episode] = []
     attempts = 0

@@ -201,11 +201,24 @@ class ChunkReplayBuffer(ReplayBuffer):
                     + " or ".join(str(shape) for shape in shapes)
                     + f" (N = {n_steps} steps from rewards; observation space {self.obs_shape}, action space {action_shape})"
                 )
-        for name in ("observations", "actions", "rewards", "next_observations"):
-            non_finite = ~np.isfinite(given[name])
+        storage_dtypes = {
+            "observations": self.storage_obs_dtype,
+            "actions": self.actions.dtype,
+            "rewards": np.float32,
+            "next_observations": self.storage_obs_dtype,
+        }
+        stored = {}
+        for name, dtype in storage_dtypes.items():
+            # Checked after the cast to the stored dtype: a finite 1e39 becomes inf in float32.
+            with np.errstate(over="ignore", invalid="ignore"):
+                stored[name] = given[name].astype(dtype)
+            non_finite = ~(np.isfinite(given[name]) & np.isfinite(stored[name]))
             if non_finite.any():
                 step = int(np.argwhere(non_finite)[0][0])
-                raise ValueError(f"add_offline: {name} holds NaN or inf (first at step {step})")
+                raise ValueError(
+                    f"add_offline: {name} holds NaN or inf (first at step {step}) as {np.dtype(dtype)}, the dtype it "
+                    "is stored in; expected finite values within that dtype's range"
+                )
         for name in ("terminated", "episode_end"):
             if not np.isin(given[name], (0, 1)).all():
                 raise ValueError(f"add_offline: {name} must hold only 0/1 (or bools), got values {np.unique(given[name])}")
@@ -230,12 +243,12 @@ class ChunkReplayBuffer(ReplayBuffer):
                 f"(longest: {longest_episode} steps), so no window would train the critic"
             )
         return {
-            "observations": given["observations"].astype(self.storage_obs_dtype),
+            "observations": stored["observations"],
             "actions": np.clip(
-                given["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
+                stored["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
             ).astype(self.actions.dtype),
-            "rewards": given["rewards"].astype(np.float32),
-            "next_observations": given["next_observations"].astype(self.storage_obs_dtype),
+            "rewards": stored["rewards"],
+            "next_observations": stored["next_observations"],
             "terminated": terminated_flags.astype(np.float32),
             "episode_end": end_flags.astype(np.float32),
         }

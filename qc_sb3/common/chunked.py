@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import numbers
+import pathlib
 import warnings
 from abc import abstractmethod
 from typing import Any, TypeVar
@@ -25,6 +28,7 @@ from qc_sb3.common.datasets import (
     load_offline_transitions,
     with_sparse_rewards,
 )
+from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
 
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
@@ -49,16 +53,22 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
       critic's pre-step weights (the reference's order), then steps every optimizer. The policy provides
       ``critic``, ``critic_target`` and ``optimizers``.
 
+    * Checks beyond SB3's: NaN or inf (also as float32, the buffer's dtype) in the offline data or in an env
+      step's observations and rewards are refused, naming the step; ``train()`` raises a RuntimeError naming the
+      update and the loss when a loss or the parameters become NaN or inf, checked once per call on the values it
+      reads from the device anyway, i.e. after that call's optimizer steps (the model must then not be saved);
+      ``load()`` refuses a truncated zip or another algorithm's model, naming the algorithm found.
+
     The env is the ordinary primitive env: chunking lives in the algorithm (design.md). Subclasses implement
     ``_losses`` and ``_optimized_loss`` and call ``_setup_model()`` at the end of their ``__init__``.
 
     :param policy: The policy model to use
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
     :param learning_rate: Learning rate of every optimizer, constant or a schedule of the remaining progress
-    :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top)
+    :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top), at least 1
     :param learning_starts: Online env steps collected before the first update (the policy acts from step 0)
-    :param batch_size: Minibatch size of each gradient step
-    :param tau: Target network update coefficient (Polyak)
+    :param batch_size: Minibatch size of each gradient step, at least 1 (a warning when above the offline data's size)
+    :param tau: Target network update coefficient (Polyak), in (0, 1]
     :param gamma: Discount factor
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
@@ -111,6 +121,10 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         seed: int | None = None,
         supported_action_spaces: tuple[type[spaces.Space], ...] = (spaces.Box,),
     ):
+        _check_positive_int("buffer_size", buffer_size)
+        _check_positive_int("batch_size", batch_size)
+        if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be a number in (0, 1], got {tau!r}")
         super().__init__(
             policy,
             env,
@@ -159,6 +173,12 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
         super()._setup_model()
         if self._offline_transitions is not None:
+            if self.batch_size > len(self._offline_transitions):
+                warnings.warn(
+                    f"batch_size={self.batch_size} is larger than the offline dataset ({len(self._offline_transitions)} "
+                    "steps): batches are drawn with replacement and repeat steps",
+                    stacklevel=4,  # the user's QC(...), QCFQL(...) or RLPD(...) call, through __init__ and _setup_model
+                )
             add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
             self._offline_transitions = None
 
@@ -200,6 +220,35 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self.replay_buffer.clear_offline()
         add_transitions_to_buffer(self.replay_buffer, self._load_offline_data(shard_index), self.action_space)  # type: ignore[arg-type]
         self.offline_shard_index = shard_index
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfChunkedOffPolicyAlgorithm],
+        path: str | pathlib.Path | io.BufferedIOBase,
+        env: GymEnv | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfChunkedOffPolicyAlgorithm:
+        """
+        Load a model saved by ``save()``, as SB3's ``load()`` does, after checking the file: a truncated or corrupt
+        zip, or the model of another algorithm (e.g. a QC-FQL or SB3 SAC zip given to ``QC.load``), is refused with
+        a ValueError that says so and names the algorithm found.
+
+        The parameters are those of :meth:`stable_baselines3.common.base_class.BaseAlgorithm.load`.
+        """
+        check_model_file(path, cls, _all_subclasses(ChunkedOffPolicyAlgorithm), custom_objects)
+        return super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "offline_dataset", "_offline_transitions", "_action_queue"]
@@ -257,8 +306,9 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         policy.set_training_mode(True)
         optimizers = policy.optimizers
         self._update_learning_rate(optimizers)
-        # Summed on the device and read once per call: a host sync per loss and step would stall a GPU.
-        sums: dict[str, th.Tensor] = {}
+        # Kept on the device and read once per call: a host sync per loss and step would stall a GPU.
+        names: list[str] = []
+        step_losses: list[th.Tensor] = []
         for _ in range(gradient_steps):
             batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
             losses = self._losses(batch)
@@ -270,12 +320,24 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
             for optimizer in optimizers:
                 optimizer.step()
-            for name, value in losses.items():
-                sums[name] = sums[name] + value.detach() if name in sums else value.detach()
+            names = list(losses)
+            step_losses.append(th.stack([value.detach() for value in losses.values()]))
+        first_update = self._n_updates + 1
         self._n_updates += gradient_steps
+        losses_per_step = th.stack(step_losses)
+        first_non_finite_step = (~th.isfinite(losses_per_step).all(dim=1)).int().argmax()
+        parameters_norm = th.nn.utils.get_total_norm(list(policy.parameters()))
+        # The one host read of the call: the mean losses, the first step with a NaN or inf loss, the parameters' norm.
+        *means, non_finite_step, norm = th.cat(
+            [
+                losses_per_step.mean(dim=0),
+                first_non_finite_step[None].to(losses_per_step),
+                parameters_norm[None].to(losses_per_step),
+            ]
+        ).tolist()
+        _check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        means = (th.stack(list(sums.values())) / gradient_steps).tolist()
-        for name, mean in zip(sums, means, strict=True):
+        for name, mean in zip(names, means, strict=True):
             self.logger.record(f"train/{name}", mean)
 
     @abstractmethod
@@ -310,6 +372,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         )
         if reset_num_timesteps:
             self._action_queue = None
+        if self._last_obs is not None:
+            _check_env_outputs_finite(np.asarray(self._last_obs), "reset observation", self.num_timesteps + 1)
         if self.offline_steps_remaining > 0 and self.replay_buffer.offline_size > 0:
             self.pretrain(progress_bar=progress_bar)
         return total_timesteps, callback
@@ -341,10 +405,87 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
+        if self._vec_normalize_env is not None:
+            # What is stored: the observations and rewards before normalization.
+            _check_env_outputs_finite(self._vec_normalize_env.get_original_obs(), "observation", self.num_timesteps)
+            _check_env_outputs_finite(self._vec_normalize_env.get_original_reward(), "reward", self.num_timesteps)
+        _check_env_outputs_finite(np.asarray(new_obs), "observation", self.num_timesteps)
+        _check_env_outputs_finite(np.asarray(reward), "reward", self.num_timesteps)
+        for env_index, (done, info) in enumerate(zip(dones, infos, strict=True)):
+            if done and info.get("terminal_observation") is not None:
+                terminal = np.asarray(info["terminal_observation"])[None]
+                _check_env_outputs_finite(terminal, "terminal observation", self.num_timesteps, first_env=env_index)
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
         # The rest of a chunk is dropped when its episode ends (spec §5).
         if self._action_queue is not None:
             self._action_queue[1][np.asarray(dones, dtype=bool)] = self.policy.act_chunk_size
+
+
+def _all_subclasses(base: type) -> list[type]:
+    """Every subclass of ``base`` defined so far, at any depth."""
+    return [subclass for child in base.__subclasses__() for subclass in (child, *_all_subclasses(child))]
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_training_finite(
+    names: list[str],
+    means: list[float],
+    first_non_finite_update: int,
+    parameters_norm: float,
+    first_update: int,
+    last_update: int,
+) -> None:
+    """
+    Stop training with an error when a loss or the parameters became NaN or inf during one ``train()`` call.
+
+    The check runs once per call, on the values already read from the device, so the optimizer steps of that call
+    have run: the model's parameters may then be NaN, and the error says not to save them.
+
+    :param names: The losses' names
+    :param means: Their means over the call
+    :param first_non_finite_update: The first update (``n_updates``) of the call whose losses are not all finite
+    :param parameters_norm: The norm of all the policy's parameters after the call
+    :param first_update: The call's first update (``n_updates``)
+    :param last_update: The call's last update (``n_updates``)
+    """
+    non_finite_losses = [name for name, mean in zip(names, means, strict=True) if not np.isfinite(mean)]
+    if non_finite_losses:
+        where = f"the loss(es) {', '.join(non_finite_losses)} became NaN or inf at update {first_non_finite_update}"
+    elif not np.isfinite(parameters_norm):
+        where = f"the parameters became NaN or inf in updates {first_update}..{last_update} (the losses were finite)"
+    else:
+        return
+    raise RuntimeError(
+        f"train: {where} (n_updates); training stopped: the model's parameters may be NaN or inf, do not save them "
+        "(reload the last saved model). Check the data and rewards for huge values, or lower the learning rate"
+    )
+
+
+def _check_env_outputs_finite(values: np.ndarray, what: str, env_step: int, first_env: int = 0) -> None:
+    """
+    Refuse NaN or inf in one env step's outputs (one row per env), also as float32, the replay buffer's dtype
+    (a finite 1e39 becomes inf there), before anything is stored.
+
+    :param values: ``(n_envs, ...)`` observations or ``(n_envs,)`` rewards
+    :param what: What the values are, for the message
+    :param env_step: The env step they come from (``num_timesteps``)
+    :param first_env: Index of the env of the first row
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(values) & np.isfinite(values.astype(np.float32))
+    finite_envs = finite.reshape(len(finite), -1).all(axis=1)
+    if not finite_envs.all():
+        env_index = first_env + int(np.argmin(finite_envs))
+        raise ValueError(
+            f"env {env_index} returned a {what} holding NaN or inf (as float32, the replay buffer's dtype) at env step "
+            f"{env_step} (num_timesteps); refused before it is stored: the env must return finite values within "
+            "float32's range"
+        )
 
 
 def _progress_bar(total: int) -> Any:

@@ -32,8 +32,8 @@ class OfflineTransitions:
     """
     Per-step arrays of an offline dataset, episodes one after another, actions in the env's scale.
 
-    The arrays are checked at construction: equal lengths, at least one step, finite values, boolean flags and the
-    last step an episode end.
+    The arrays are checked at construction: equal lengths, at least one step, values finite as float32 (the replay
+    buffer's dtype), boolean flags and the last step an episode end.
 
     ``terminated`` (the reference's ``1 - mask``) and ``episode_end`` (the reference's ``terminals``) are
     independent: in OGBench's single-task relabelling of play data a step that reaches the goal is terminated
@@ -180,13 +180,17 @@ def with_sparse_rewards(data: OfflineTransitions) -> OfflineTransitions:
 
 
 def _check_finite(name: str, array: np.ndarray) -> None:
-    """Raise a ValueError naming ``name`` and the first step where ``array`` holds NaN or inf."""
-    finite = np.isfinite(array)
+    """
+    Raise a ValueError naming ``name`` and the first step where ``array`` holds NaN or inf once cast to float32,
+    the replay buffer's dtype (a finite 1e39 becomes inf there).
+    """
+    with np.errstate(over="ignore"):
+        finite = np.isfinite(array.astype(np.float32))
     finite_steps = finite.all(axis=tuple(range(1, finite.ndim)))
     if not finite_steps.all():
         raise ValueError(
-            f"offline dataset {name} hold NaN or inf (first at step {int(np.argmin(finite_steps))}); "
-            "expected finite values only"
+            f"offline dataset {name} hold NaN or inf (first at step {int(np.argmin(finite_steps))}) as float32, the "
+            "replay buffer's dtype; expected finite values within float32's range (|x| < 3.4e38)"
         )
 
 
