@@ -85,7 +85,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
         the model saves where it came from, not the data. None: no offline phase (``learn()`` warns that it skips it)
     :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
-    :param offline_log_interval: Offline gradient steps between two log dumps
+    :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
@@ -155,6 +155,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         if offline_gradient_steps < 0:
             raise ValueError(f"offline_gradient_steps must be >= 0, got {offline_gradient_steps}")
+        if offline_log_interval < 1:
+            raise ValueError(f"offline_log_interval must be >= 1, got {offline_log_interval}")
         self.chunk_size = int(chunk_size)
         self.action_chunking = action_chunking
         self.offline_dataset = offline_dataset
