@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from qc_sb3 import QC, RLPD
-from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.datasets import OfflineShards, offline_source_record, open_offline_source_record
 
 from test_qc import EPISODE_LENGTH, OBS_DIM, TINY, make_env, make_model, offline_arrays
 
@@ -237,3 +237,25 @@ def test_set_env_drops_the_action_queues():
     model.set_env(make_env())
     model.learn(total_timesteps=1, reset_num_timesteps=False)
     assert chunk_requests == [1], "the new env's first step asks for a fresh chunk"
+
+
+def test_offline_source_records_name_what_can_be_read_again(minari_root, tmp_path):
+    write_minari_dataset("drift/expert-v0", offline_arrays(n_episodes=2))
+    folder = minari_root / "drift" / "expert-v0"
+    dataset = minari.load_dataset("drift/expert-v0")
+    assert offline_source_record("drift/expert-v0") == {"kind": "minari_id", "id": "drift/expert-v0"}
+    assert offline_source_record(folder) == {"kind": "minari_folder", "path": str(folder.resolve())}
+    assert offline_source_record(dataset) == {"kind": "minari_folder", "path": str((folder / "data").resolve())}
+    assert offline_source_record(minari.MinariDataset(dataset.storage, episode_indices=np.array([1]))) == {
+        "kind": "in_memory"
+    }
+    assert offline_source_record(offline_arrays()) == {"kind": "in_memory"}
+    assert offline_source_record(OfflineShards(["drift/expert-v0", offline_arrays()])) == {"kind": "in_memory"}
+    shards = OfflineShards(["drift/expert-v0", str(folder)], swap_interval=7)
+    record = offline_source_record(shards)
+    assert record == {
+        "kind": "shards",
+        "shards": [{"kind": "minari_id", "id": "drift/expert-v0"}, {"kind": "minari_folder", "path": str(folder.resolve())}],
+        "swap_interval": 7,
+    }
+    assert open_offline_source_record(record) == OfflineShards(["drift/expert-v0", str(folder.resolve())], swap_interval=7)
