@@ -7,7 +7,8 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 * ``versions.json``: the package versions of each session that worked on the run;
 * ``eval.csv``: one row per evaluation (:data:`EVAL_COLUMNS`); ``step`` is the paper's x-axis: offline gradient
   steps, then the offline budget plus online env steps;
-* ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (x-axis: offline gradient steps, env steps);
+* ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
+  ``train/*`` and ``rollout/*`` at x = env steps) and ``eval/*``;
 * ``checkpoints/``: the latest checkpoint (:mod:`benchmarks.checkpoints`);
 * ``progress.json``: the run's progress, for the parent's display;
 * ``DONE``: written last; a run with it is skipped.
@@ -50,7 +51,6 @@ from benchmarks.config import RunSpec
 from benchmarks.datasets import open_offline_data
 from benchmarks.progress import ProgressWriter
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
-from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success
 
 CONFIG_FILE = "config.json"
@@ -276,13 +276,11 @@ def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
 
 
 def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
-    model = _algorithm(run).load(folder / "model.zip", env=env, device=run.device)
+    # The run's own data source (also for data read into memory, which a saved model does not record): the shards
+    # to come for the swaps; the buffer itself, offline segment included, is the checkpoint's.
+    offline = {} if run.offline_data is None else {"offline_dataset": open_offline_data(run.offline_data)}
+    model = _algorithm(run).load(folder / "model.zip", env=env, device=run.device, **offline)
     model.load_replay_buffer(folder / "replay_buffer.pkl")
-    if run.offline_data is not None and run.offline_data.swap_interval is not None:
-        # The buffer holds the current shard; the model needs the others for the swaps to come.
-        offline = open_offline_data(run.offline_data)
-        assert isinstance(offline, OfflineShards)
-        model.offline_dataset = offline
     restore_rng_states(model, load_rng_states(folder))
     # load() reseeded the env with the run's seed: a resumed online phase starts its new episode from another seed.
     model.env.seed(run.seed + model.num_timesteps)

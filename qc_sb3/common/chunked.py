@@ -13,11 +13,12 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import configure_logger
+from stable_baselines3.common.utils import configure_logger, update_learning_rate
+from stable_baselines3.common.vec_env import VecEnv
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import (
@@ -25,10 +26,14 @@ from qc_sb3.common.datasets import (
     OfflineTransitions,
     add_transitions_to_buffer,
     check_transitions_match_spaces,
+    describe_offline_source_record,
     load_offline_transitions,
+    offline_source_record,
+    open_offline_source_record,
     with_sparse_rewards,
 )
 from qc_sb3.common.model_file import check_model_file
+from qc_sb3.common.normalization import fit_vec_normalize
 from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
 
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
@@ -40,13 +45,25 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed
     open-loop through one action queue per env, and runs an offline phase before its online phase.
 
-    * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run once by the first
-      ``learn()`` before its first env step (or explicitly with :meth:`pretrain`). Gradient steps never count as
-      env steps; progress is kept in ``offline_steps_done``. A dataset given as
-      :class:`~qc_sb3.common.datasets.OfflineShards` is rotated through, one shard in the buffer at a time.
+    * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run by ``learn()`` after
+      the callbacks' ``on_training_start`` and before its first env step (or explicitly with :meth:`pretrain`).
+      Gradient steps never count as env steps: ``num_timesteps`` stays 0 and progress is kept in
+      ``offline_steps_done``. Callbacks are called after every offline gradient step (see :meth:`learn`). A dataset
+      given as :class:`~qc_sb3.common.datasets.OfflineShards` is rotated through, one shard in the buffer at a time.
     * Online phase (spec §5): the policy acts from the first env step; updates start after ``learning_starts``
       online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
       cleared when its episode ends.
+
+    * Logs: the offline phase logs ``offline/*`` (its losses averaged over ``offline_log_interval`` gradient steps,
+      x = ``offline_steps_done``), the online phase ``train/*`` and ``rollout/*`` as SB3 does (x = env steps), so
+      that every tensorboard tag has one monotone x-axis.
+    * Saving: the model records where its offline data came from (a Minari id or folder, or ``OfflineShards`` of
+      those) and ``load()`` reads it again into the replay buffer (``load(..., offline_dataset=...)`` overrides);
+      data passed in memory is not saved, and ``load()`` warns that the buffer holds no offline data.
+    * ``VecNormalize``: the first ``learn()`` or :meth:`pretrain` updates its statistics with the offline data (if
+      its ``training`` is on) before any gradient step, so that the offline phase trains on observations and
+      rewards normalised as the online phase will see them; online steps keep updating them as in SB3.
+    * Dict observation spaces are not supported: flatten them with ``gymnasium.wrappers.FlattenObservation``.
 
     * Update (spec §3): one gradient step computes every loss of :meth:`_losses` with the same pre-step
       parameters, backpropagates :meth:`_optimized_loss` once, moves the target critic by Polyak averaging of the
@@ -76,9 +93,9 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (spec §4)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
-        never saved with the model
+        the model saves where it came from, not the data. None: no offline phase (``learn()`` warns that it skips it)
     :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
-    :param offline_log_interval: Offline gradient steps between two log dumps
+    :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
@@ -152,6 +169,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         if offline_gradient_steps < 0:
             raise ValueError(f"offline_gradient_steps must be >= 0, got {offline_gradient_steps}")
+        if offline_log_interval < 1:
+            raise ValueError(f"offline_log_interval must be >= 1, got {offline_log_interval}")
         self.chunk_size = int(chunk_size)
         self.action_chunking = action_chunking
         self.offline_dataset = offline_dataset
@@ -159,14 +178,31 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self.offline_log_interval = offline_log_interval
         self.offline_sparse_rewards = offline_sparse_rewards
         self.offline_steps_done = 0
+        # Where the offline data came from (datasets.offline_source_record), refreshed at each save, read by load().
+        self.offline_dataset_source: dict[str, Any] | None = None
+        # Whether a VecNormalize's statistics were updated with the offline data (once per model).
+        self._offline_normalization_fitted = False
         # The shard of an OfflineShards dataset that the buffer's offline segment holds.
         self.offline_shard_index = 0
         self._action_queue: ActionQueueState | None = None
         # Validated and loaded in _setup_model, before any network is built
         self._offline_transitions: OfflineTransitions | None = None
 
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        wrapped = OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+        if isinstance(wrapped.observation_space, spaces.Dict):
+            raise ValueError(
+                f"dict observation spaces are not supported, got {wrapped.observation_space}: flatten it with "
+                "`gymnasium.wrappers.FlattenObservation` (or SB3's `VecFlattenObservation` around a VecEnv)"
+            )
+        return wrapped
+
     def _setup_model(self) -> None:
-        if self.offline_dataset is not None:
+        if self.offline_dataset is None and self.offline_dataset_source is not None:
+            # load() of a model saved with offline data, and no offline_dataset=... to override it.
+            self._offline_transitions = self._reload_recorded_offline_data(self.offline_dataset_source)
+        elif self.offline_dataset is not None:
             # Refuse a dataset that does not fit the env before building or training anything.
             self._offline_transitions = self._load_offline_data(self.offline_shard_index)
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
@@ -181,6 +217,31 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 )
             add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
             self._offline_transitions = None
+
+    def _reload_recorded_offline_data(self, record: dict[str, Any]) -> OfflineTransitions | None:
+        """
+        Read the offline data that a saved model recorded (at ``load()``), or warn, naming it, that it cannot be read
+        and the replay buffer will hold no offline data.
+
+        :param record: The model's ``offline_dataset_source``
+        :return: The transitions (``offline_dataset`` is then set to their source), or None
+        """
+        name = describe_offline_source_record(record)
+        consequence = (
+            "the replay buffer holds no offline data (RLPD's batches become all-online, a remaining offline phase "
+            "cannot run): pass offline_dataset=... to load(), or load_replay_buffer() a buffer saved with the model"
+        )
+        source = open_offline_source_record(record)
+        if source is None:
+            warnings.warn(f"this model was trained on {name}, which is not saved with it; {consequence}", stacklevel=3)
+            return None
+        self.offline_dataset = source
+        try:
+            return self._load_offline_data(self.offline_shard_index)
+        except (ValueError, OSError) as error:
+            self.offline_dataset = None
+            warnings.warn(f"cannot read this model's offline data, {name} ({error}); {consequence}", stacklevel=3)
+            return None
 
     def _load_offline_data(self, shard_index: int) -> OfflineTransitions:
         """
@@ -253,6 +314,31 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "offline_dataset", "_offline_transitions", "_action_queue"]
 
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """
+        Save the model as SB3 does, with a record of where its offline data came from (not the data): ``load()``
+        reads it from there again.
+
+        :param path: Path to the file where the model should be saved
+        :param exclude: Names of parameters that should be excluded in addition to the default ones
+        :param include: Names of parameters that might be excluded but should be included anyway
+        """
+        if self.offline_dataset is not None:
+            self.offline_dataset_source = offline_source_record(self.offline_dataset)
+        super().save(path, exclude, include)
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        """
+        Set a new env, as SB3 does; with ``force_reset`` (the default) the action queues are dropped too, so that the
+        new env's first step starts a fresh chunk.
+
+        :param env: The environment for learning a policy
+        :param force_reset: Reset the env (and the action queues) before the next ``learn()``
+        """
+        super().set_env(env, force_reset)
+        if force_reset:
+            self._action_queue = None
+
     @property
     def offline_steps_remaining(self) -> int:
         """Gradient steps of the offline phase still to run."""
@@ -263,14 +349,19 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         gradient_steps: int | None = None,
         progress_bar: bool = False,
         tb_log_name: str = "run",
+        callback: MaybeCallback = None,
     ) -> SelfChunkedOffPolicyAlgorithm:
         """
-        Run (part of) the offline phase: gradient steps on the offline data, logging ``train/*`` every
-        ``offline_log_interval`` steps (and at shard swaps) with the offline step count as x-axis.
+        Run (part of) the offline phase on its own: gradient steps on the offline data, logging ``offline/*`` every
+        ``offline_log_interval`` steps (and at the end) with ``offline_steps_done`` as x-axis. ``learn()`` runs what
+        remains of the offline phase itself; this is for running it apart from any env.
 
         :param gradient_steps: Number of gradient steps to run (default: what remains of ``offline_gradient_steps``)
         :param progress_bar: Display a progress bar over the gradient steps (tqdm and rich)
         :param tb_log_name: Name of the tensorboard run, if no logger is set up yet
+        :param callback: Callback(s) called after every gradient step, as in :meth:`learn`'s offline phase (with
+            ``on_training_start`` before the first and ``on_training_end`` after the last); one returning False
+            stops the phase there
         :return: the trained model
         """
         n_steps = self.offline_steps_remaining if gradient_steps is None else gradient_steps
@@ -283,51 +374,113 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             )
         if not hasattr(self, "_logger"):
             self._logger = configure_logger(self.verbose, self.tensorboard_log, tb_log_name, reset_num_timesteps=True)
+        self._fit_normalization_on_offline_data()
+        callback = self._init_callback(callback)
+        callback.on_training_start(locals(), globals())
+        self._run_offline_steps(n_steps, callback, progress_bar)
+        callback.on_training_end()
+        return self
+
+    def _run_offline_steps(self, n_steps: int, callback: BaseCallback, progress_bar: bool) -> bool:
+        """
+        Offline gradient steps, one at a time, each followed by ``callback.on_step()``; the losses are averaged on
+        the device and logged every ``offline_log_interval`` steps (counted in ``offline_steps_done``) and at the end.
+
+        :param n_steps: Number of gradient steps
+        :param callback: Called after every gradient step
+        :param progress_bar: Display a progress bar over the gradient steps
+        :return: False if the callback stopped the phase
+        """
+        policy: Any = self.policy
+        for optimizer in policy.optimizers:
+            update_learning_rate(optimizer, self.lr_schedule(self._current_progress_remaining))
+        # What a callback that reads env-step locals finds: no episode ended during a gradient step.
+        step_locals = {"dones": np.zeros(self.n_envs, dtype=bool), "infos": [{} for _ in range(self.n_envs)]}
         progress = _progress_bar(n_steps) if progress_bar else None
-        while n_steps > 0:
-            next_step = self.offline_steps_done + 1
-            self._use_shard_of_step(next_step)
-            block = min(self.offline_log_interval, n_steps)
-            if isinstance(self.offline_dataset, OfflineShards):
-                block = min(block, self.offline_dataset.steps_on_same_shard(next_step))
-            self.train(gradient_steps=block, batch_size=self.batch_size)
-            self.offline_steps_done += block
-            n_steps -= block
-            self.logger.record("offline/gradient_steps", self.offline_steps_done)
-            self.logger.dump(step=self.offline_steps_done)
+        step_losses: list[dict[str, th.Tensor]] = []
+        continue_training = True
+        for _ in range(n_steps):
+            self._use_shard_of_step(self.offline_steps_done + 1)
+            # A callback may have evaluated the policy (eval mode) since the last step.
+            policy.set_training_mode(True)
+            step_losses.append(self._gradient_step(self.batch_size))
+            self._n_updates += 1
+            self.offline_steps_done += 1
             if progress is not None:
-                progress.update(block)
+                progress.update(1)
+            if self.offline_steps_done % self.offline_log_interval == 0:
+                self._dump_offline_logs(step_losses)
+                step_losses = []
+            callback.update_locals({**step_locals, "offline_steps_done": self.offline_steps_done})
+            if not callback.on_step():
+                continue_training = False
+                break
+        if step_losses:
+            self._dump_offline_logs(step_losses)
         if progress is not None:
             progress.close()
-        return self
+        return continue_training
+
+    def _dump_offline_logs(self, step_losses: list[dict[str, th.Tensor]]) -> None:
+        """Log the offline losses averaged over their gradient steps, at x = ``offline_steps_done``."""
+        self._record_checked_means("offline", step_losses)
+        self.logger.record("offline/gradient_steps", self.offline_steps_done)
+        self.logger.dump(step=self.offline_steps_done)
+
+    def _fit_normalization_on_offline_data(self) -> None:
+        """Update a training ``VecNormalize``'s statistics with the buffer's offline data, once per model."""
+        vec_normalize = self._vec_normalize_env
+        buffer = self.replay_buffer
+        if vec_normalize is None or not vec_normalize.training or self._offline_normalization_fitted:
+            return
+        if buffer.offline_size == 0:
+            return
+        fit_vec_normalize(vec_normalize, buffer.offline_observations, buffer.offline_rewards, buffer.offline_episode_end > 0)
+        self._offline_normalization_fitted = True
 
     def train(self, gradient_steps: int, batch_size: int = 256) -> None:
         policy: Any = self.policy
         policy.set_training_mode(True)
-        optimizers = policy.optimizers
-        self._update_learning_rate(optimizers)
-        # Kept on the device and read once per call: a host sync per loss and step would stall a GPU.
-        names: list[str] = []
-        step_losses: list[th.Tensor] = []
-        for _ in range(gradient_steps):
-            batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
-            losses = self._losses(batch)
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            self._optimized_loss(losses).backward()
-            # spec §3: target update from the critic's weights before this step, as the reference does.
-            # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
-            th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
-            for optimizer in optimizers:
-                optimizer.step()
-            names = list(losses)
-            step_losses.append(th.stack([value.detach() for value in losses.values()]))
-        first_update = self._n_updates + 1
+        self._update_learning_rate(policy.optimizers)
+        step_losses = [self._gradient_step(batch_size) for _ in range(gradient_steps)]
         self._n_updates += gradient_steps
-        losses_per_step = th.stack(step_losses)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self._record_checked_means("train", step_losses)
+
+    def _gradient_step(self, batch_size: int) -> dict[str, th.Tensor]:
+        """
+        One update (spec §3) on a fresh batch.
+
+        :param batch_size: Minibatch size
+        :return: The losses of :meth:`_losses`, detached
+        """
+        policy: Any = self.policy
+        optimizers = policy.optimizers
+        batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+        losses = self._losses(batch)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        self._optimized_loss(losses).backward()
+        # spec §3: target update from the critic's weights before this step, as the reference does.
+        # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
+        th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
+        for optimizer in optimizers:
+            optimizer.step()
+        return {name: value.detach() for name, value in losses.items()}
+
+    def _record_checked_means(self, prefix: str, step_losses: list[dict[str, th.Tensor]]) -> None:
+        """
+        Record ``<prefix>/<name>``, each loss averaged over the last ``len(step_losses)`` updates, and stop training
+        with an error if a loss or the parameters became NaN or inf in them. The losses stay on the device until
+        here: this is one host read for all of them (a read per loss and step would stall a GPU).
+
+        :param prefix: The logger's prefix ("train" online, "offline" in the offline phase)
+        :param step_losses: The detached losses of each update, the last one being update ``n_updates``
+        """
+        names = list(step_losses[0])
+        losses_per_step = th.stack([th.stack(list(losses.values())) for losses in step_losses])
         first_non_finite_step = (~th.isfinite(losses_per_step).all(dim=1)).int().argmax()
-        parameters_norm = th.nn.utils.get_total_norm(list(policy.parameters()))
-        # The one host read of the call: the mean losses, the first step with a NaN or inf loss, the parameters' norm.
+        parameters_norm = th.nn.utils.get_total_norm(list(self.policy.parameters()))
         *means, non_finite_step, norm = th.cat(
             [
                 losses_per_step.mean(dim=0),
@@ -335,10 +488,10 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 parameters_norm[None].to(losses_per_step),
             ]
         ).tolist()
+        first_update = self._n_updates - len(step_losses) + 1
         _check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         for name, mean in zip(names, means, strict=True):
-            self.logger.record(f"train/{name}", mean)
+            self.logger.record(f"{prefix}/{name}", mean)
 
     @abstractmethod
     def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
@@ -358,6 +511,95 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :return: A scalar tensor
         """
 
+    def learn(
+        self: SelfChunkedOffPolicyAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 4,
+        tb_log_name: str = "run",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfChunkedOffPolicyAlgorithm:
+        """
+        Run what remains of the offline phase, then ``total_timesteps`` online env steps, as SB3's ``learn``.
+
+        Callbacks: ``on_training_start`` first; then ``on_step`` after every offline gradient step, then after every
+        env step as in SB3; ``on_training_end`` last. In the offline phase a callback's ``n_calls`` counts gradient
+        steps (so ``EvalCallback``'s ``eval_freq`` and ``CheckpointCallback``'s ``save_freq`` are in gradient steps
+        there), the step counter is ``model.offline_steps_done``, and ``num_timesteps`` stays 0: ``EvalCallback``
+        logs its offline evaluations at x = 0 and ``CheckpointCallback`` names every offline checkpoint
+        ``*_0_steps.zip``, each replacing the previous one. A callback returning False in the offline phase ends
+        ``learn()`` there, before any env step; the next ``learn()`` (with or without ``reset_num_timesteps``)
+        runs the remaining offline steps, then goes online. The offline phase is skipped, with a warning, when the
+        buffer holds no offline data.
+
+        :param total_timesteps: Online env steps to run (the offline phase does not count)
+        :param callback: Callback(s) called at every offline gradient step and every env step
+        :param log_interval: Episodes between two online log dumps
+        :param tb_log_name: Name of the run for tensorboard logging
+        :param reset_num_timesteps: Whether to reset ``num_timesteps`` (the offline phase always continues from
+            ``offline_steps_done``)
+        :param progress_bar: Display a progress bar over the offline gradient steps, then SB3's over the env steps
+        :return: the trained model
+        """
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+        # SB3's _init_callback appends its progress bar over env steps: started only once the online phase starts.
+        online_progress = None
+        if progress_bar:
+            assert isinstance(callback, CallbackList) and isinstance(callback.callbacks[-1], ProgressBarCallback)
+            online_progress = callback.callbacks[-1]
+            callback.callbacks.remove(online_progress)
+        callback.on_training_start(locals(), globals())
+        if not self._run_offline_phase(callback, progress_bar):
+            callback.on_training_end()
+            return self
+        if online_progress is not None:
+            online_progress.on_training_start(locals(), globals())
+            assert isinstance(callback, CallbackList)
+            callback.callbacks.append(online_progress)
+
+        assert self.env is not None, "You must set the environment before calling learn()"
+        # The online loop of SB3's OffPolicyAlgorithm.learn.
+        while self.num_timesteps < total_timesteps:
+            rollout = self.collect_rollouts(
+                self.env,
+                train_freq=self.train_freq,  # type: ignore[arg-type]
+                action_noise=self.action_noise,
+                callback=callback,
+                learning_starts=self.learning_starts,
+                replay_buffer=self.replay_buffer,
+                log_interval=log_interval,
+            )
+            if not rollout.continue_training:
+                break
+            if self.num_timesteps > 0 and self.num_timesteps > self.learning_starts:
+                gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else rollout.episode_timesteps
+                if gradient_steps > 0:
+                    self.train(batch_size=self.batch_size, gradient_steps=gradient_steps)
+        callback.on_training_end()
+        return self
+
+    def _run_offline_phase(self, callback: BaseCallback, progress_bar: bool) -> bool:
+        """
+        What remains of the offline phase, inside ``learn()``.
+
+        :param callback: Called after every gradient step
+        :param progress_bar: Display a progress bar over the gradient steps
+        :return: False if the callback stopped it
+        """
+        if self.offline_steps_remaining == 0:
+            return True
+        if self.replay_buffer.offline_size == 0:
+            warnings.warn(
+                f"no offline data (offline_dataset=None): the offline phase's {self.offline_steps_remaining} "
+                "remaining gradient steps are skipped and learn() goes online directly",
+                stacklevel=3,
+            )
+            return True
+        return self._run_offline_steps(self.offline_steps_remaining, callback, progress_bar)
+
     def _setup_learn(
         self,
         total_timesteps: int,
@@ -366,7 +608,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         tb_log_name: str = "run",
         progress_bar: bool = False,
     ) -> tuple[int, BaseCallback]:
-        # The offline phase runs once, inside learn(), after the logger is set up and before the first env step.
+        # Before SB3 resets the env, so that its first observation is normalised with the fitted statistics.
+        self._fit_normalization_on_offline_data()
         total_timesteps, callback = super()._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -374,8 +617,6 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             self._action_queue = None
         if self._last_obs is not None:
             _check_env_outputs_finite(np.asarray(self._last_obs), "reset observation", self.num_timesteps + 1)
-        if self.offline_steps_remaining > 0 and self.replay_buffer.offline_size > 0:
-            self.pretrain(progress_bar=progress_bar)
         return total_timesteps, callback
 
     def _sample_action(

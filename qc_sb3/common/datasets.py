@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import minari
@@ -412,3 +413,72 @@ def add_transitions_to_buffer(buffer: ChunkReplayBuffer, data: OfflineTransition
         data.terminated,
         data.episode_end,
     )
+
+
+def offline_source_record(source: OfflineSource | OfflineShards) -> dict[str, Any]:
+    """
+    What a saved model records of its offline dataset, so that ``load()`` can read it again.
+
+    A Minari dataset id is recorded as given (it is looked up in the local Minari root at load), a folder by its
+    absolute path, a ``MinariDataset`` by its folder when it holds all of that folder's episodes, and
+    ``OfflineShards`` by their shards and swap interval. Data held only in memory (arrays, ``OfflineTransitions``, a
+    ``MinariDataset`` restricted to some episodes, shards of those) cannot be read again: it is recorded as
+    ``{"kind": "in_memory"}``.
+
+    :param source: An ``offline_dataset`` argument
+    :return: A JSON-able record, for :func:`open_offline_source_record`
+    """
+    if isinstance(source, OfflineShards):
+        shards = [offline_source_record(shard) for shard in source.sources]
+        if any(shard["kind"] == "in_memory" for shard in shards):
+            return {"kind": "in_memory"}
+        return {"kind": "shards", "shards": shards, "swap_interval": source.swap_interval}
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if isinstance(source, os.PathLike) or path.exists():
+            return {"kind": "minari_folder", "path": str(path.resolve())}
+        return {"kind": "minari_id", "id": str(source)}
+    if isinstance(source, minari.MinariDataset):
+        if not np.array_equal(np.sort(source.episode_indices), np.arange(source.storage.total_episodes)):
+            return {"kind": "in_memory"}
+        return {"kind": "minari_folder", "path": str(Path(source.spec.data_path).resolve())}
+    return {"kind": "in_memory"}
+
+
+def open_offline_source_record(record: Mapping[str, Any]) -> OfflineSource | OfflineShards | None:
+    """
+    The ``offline_dataset`` argument that a record of :func:`offline_source_record` describes.
+
+    :param record: The record
+    :return: A Minari id or folder path, ``OfflineShards`` of those, or None for data that was held in memory
+    """
+    kind = record.get("kind")
+    if kind == "minari_folder":
+        return record["path"]
+    if kind == "minari_id":
+        return record["id"]
+    if kind == "shards":
+        return OfflineShards([open_offline_source_record(shard) for shard in record["shards"]], record["swap_interval"])  # type: ignore[misc]
+    if kind == "in_memory":
+        return None
+    raise ValueError(
+        f"unknown offline dataset record {dict(record)!r}; expected kind minari_folder, minari_id, shards or in_memory"
+    )
+
+
+def describe_offline_source_record(record: Mapping[str, Any]) -> str:
+    """
+    A short human-readable name of a recorded offline dataset, for messages.
+
+    :param record: A record of :func:`offline_source_record`
+    :return: e.g. ``Minari dataset id 'ogbench/cube-double-play-singletask-task2-v0'``
+    """
+    kind = record.get("kind")
+    if kind == "minari_folder":
+        return f"Minari dataset folder {record['path']!r}"
+    if kind == "minari_id":
+        return f"Minari dataset id {record['id']!r}"
+    if kind == "shards":
+        names = ", ".join(describe_offline_source_record(shard) for shard in record["shards"])
+        return f"OfflineShards (swap_interval {record['swap_interval']}) of {names}"
+    return "offline data passed in memory"

@@ -37,9 +37,10 @@ class QC(FlowQAlgorithm):
     :param q_agg: Ensemble aggregation of the TD target and of best-of-N scoring, "mean" (reference) or "min"
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
-        never saved with the model
-    :param offline_gradient_steps: Gradient steps of the offline phase run by the first ``learn()``
-    :param offline_log_interval: Offline gradient steps between two log dumps
+        the model saves where it came from (a Minari id or folder), not the data, and ``load()`` reads it again
+    :param offline_gradient_steps: Gradient steps of the offline phase, run by ``learn()`` before its first env step
+        (callbacks are called after each; see ``ChunkedOffPolicyAlgorithm.learn``)
+    :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer

@@ -57,7 +57,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     :param target_entropy: Target entropy of the temperature loss ("auto": -0.5 * h * A)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
-        never saved with the model
+        the model saves where it came from (a Minari id or folder), not the data, and ``load()`` reads it again
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (default ``offline_fraction=0.5``)
