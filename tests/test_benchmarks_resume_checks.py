@@ -196,3 +196,58 @@ def test_eval_interval_zero_is_named_without_a_wrong_divisibility_message():
     message = str(error.value)
     assert "protocol.eval_interval must be an integer >= 1, got 0" in message
     assert "must divide" not in message
+
+
+SMALL = {"batch_size": 16, "learning_starts": 10, "policy_kwargs": {"net_arch": [16, 16]}}
+
+
+@pytest.mark.parametrize(
+    ("method", "hyperparameters", "protocol"),
+    [
+        # Three optimizers, offline only: bit-identical.
+        ("QC-FQL", {**SMALL, "flow_steps": 2, "offline_log_interval": 10}, PROTOCOL),
+        # A learned temperature, online only, the offline data in the buffer's own segment.
+        ("RLPD", {**SMALL, "n_critics": 2}, {"offline_steps": 0, "online_steps": 40, "eval_interval": 20, "eval_episodes": 1}),
+    ],
+)
+def test_other_algorithms_resume_from_the_checkpoint_format(tmp_path, method, hyperparameters, protocol):
+    def run_of(out: Path):
+        config = load_config(toy_config(methods={method: None}, hyperparameters=hyperparameters, protocol=protocol))
+        (run,) = prepare_datasets(plan_runs(config, out), tmp_path / "datasets")
+        return run
+
+    reference, resumed = run_of(tmp_path / "reference"), run_of(tmp_path / "resumed")
+    execute_run(reference)
+    with pytest.raises(Killed):
+        execute_run(resumed, hook=kill_after_first_checkpoint)
+    assert execute_run(resumed)["status"] == "done"
+
+    def last_row(run) -> dict[str, str]:
+        header, *rows = (Path(run.run_dir) / "eval.csv").read_text().splitlines()
+        return dict(zip(header.split(","), rows[-1].split(","), strict=True))
+
+    counters = ("step", "offline_steps", "env_steps", "gradient_steps")
+    assert [last_row(resumed)[key] for key in counters] == [last_row(reference)[key] for key in counters]
+    if method == "QC-FQL":
+        expected, actual = (
+            th.load(next((Path(run.run_dir) / "checkpoints").glob("ckpt-*")) / "tensors.pt", weights_only=True)
+            for run in (reference, resumed)
+        )
+        assert_identical(actual["parameters"], expected["parameters"])
+
+
+def assert_identical(actual, expected, where: str = "") -> None:
+    """Nested state dicts equal bit for bit (tensors with th.equal, everything else with ==)."""
+    assert type(actual) is type(expected), where
+    if isinstance(expected, dict):
+        assert actual.keys() == expected.keys(), where
+        for key in expected:
+            assert_identical(actual[key], expected[key], f"{where}/{key}")
+    elif isinstance(expected, list | tuple):
+        assert len(actual) == len(expected), where
+        for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
+            assert_identical(left, right, f"{where}/{index}")
+    elif isinstance(expected, th.Tensor):
+        assert th.equal(actual, expected), where
+    else:
+        assert actual == expected, where
