@@ -109,20 +109,25 @@ def test_a_crafted_checkpoint_file_runs_no_code_and_is_refused(interrupted, tmp_
     assert not marker.exists()
 
 
-def test_a_damaged_latest_json_fails_that_run_and_the_others_go_on(tmp_path):
+@pytest.mark.parametrize(
+    ("damaged", "expected"),
+    [("checkpoints/latest.json", "latest.json is damaged"), ("config.json", "config.json cannot be read")],
+)
+def test_a_damaged_run_folder_fails_that_run_and_the_others_go_on(tmp_path, damaged, expected):
     config = write_config(tmp_path / "toy.yaml", toy_config(seeds=[0, 1], protocol=PROTOCOL))
     out = tmp_path / "results"
     runs = plan_runs(load_config(toy_config(seeds=[0, 1], protocol=PROTOCOL)), out)
     prepared = prepare_datasets(runs, out / "datasets")
     with pytest.raises(Killed):
         execute_run(prepared[0], hook=kill_after_first_checkpoint)
-    latest = Path(prepared[0].run_dir) / "checkpoints" / "latest.json"
-    latest.write_text('{"checkpoint": "ckpt-000')  # torn
+    path = Path(prepared[0].run_dir) / damaged
+    path.write_text(path.read_text()[:15])  # torn
+    torn = path.read_text()
     summaries = run_benchmark(config, out=out, workers=0, report=False)
     assert [summary["status"] for summary in summaries] == ["failed", "done"]
-    assert "latest.json is damaged" in summaries[0]["error"] and "delete" in summaries[0]["error"]
+    assert expected in summaries[0]["error"] and "delete" in summaries[0]["error"]
     # The damage is left for the user to see: the run's folder is not rewritten from scratch.
-    assert latest.read_text() == '{"checkpoint": "ckpt-000'
+    assert path.read_text() == torn
 
 
 @pytest.mark.parametrize("damage", ["deleted", "truncated", "edited"])
