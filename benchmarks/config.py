@@ -307,8 +307,9 @@ def load_config(
     """
     Read and check a config; every problem found is reported in one :class:`ConfigError`.
 
-    Checked here: unknown keys (with the valid ones listed), tasks, methods, hyperparameter names and types, protocol
-    numbers, dataset sources (the official folders and files must exist), env keys and execution settings.
+    Checked here: YAML syntax, unknown keys (with the valid ones listed), tasks, methods, hyperparameter names, types
+    and ranges (:data:`HYPERPARAMETER_RANGES`), protocol numbers, dataset sources (the official folders and files must
+    exist), env keys and execution settings. :func:`plan_runs` then has each algorithm check its resolved arguments.
 
     :param source: A YAML file, or its content as a mapping
     :param label: How errors name the config (default: its path)
@@ -360,6 +361,8 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
     :param out: The results folder
     :param seeds: Seeds overriding the config's and the suites' defaults
     :return: The runs, task by task, then method, then seed
+    :raises ConfigError: If an algorithm refuses its resolved arguments (it is built once per method and distinct
+        arguments on a dummy env, before any folder is made)
     """
     if seeds is not None:
         problems = _Problems()
