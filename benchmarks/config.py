@@ -30,6 +30,7 @@ current directory.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.methods import METHODS, RUNNER_ARGUMENTS, get_method, merge
+from benchmarks.methods import METHODS, RUNNER_ARGUMENTS, constructor_arguments, get_method, merge
 from benchmarks.tasks import (
     REQUIRED,
     OfflineData,
@@ -70,6 +71,56 @@ TOP_LEVEL_KEYS = (
 
 class ConfigError(ValueError):
     """A config that cannot run; the message lists every problem found."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """
+    The values a numeric hyperparameter takes.
+
+    :param low: Lower bound
+    :param high: Upper bound, or None
+    :param low_open: Whether ``low`` itself is excluded
+    :param also: Another value allowed outside the range (SB3's ``gradient_steps=-1``)
+    """
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    also: float | None = None
+
+    def contains(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        return value == self.also or (above and (self.high is None or value <= self.high))
+
+    def describe(self) -> str:
+        if self.high is not None:
+            text = f"in {'(' if self.low_open else '['}{self.low}, {self.high}]"
+        else:
+            text = f"{'>' if self.low_open else '>='} {self.low}"
+        return text + (f", or {self.also}" if self.also is not None else "")
+
+
+# The numeric hyperparameters' valid values, checked here so that a bad one is named before anything runs; the
+# algorithm is also built once per method and domain on a dummy env (plan_runs), which catches the rest.
+HYPERPARAMETER_RANGES: dict[str, Range] = {
+    "learning_rate": Range(0.0, low_open=True),
+    "buffer_size": Range(1),
+    "learning_starts": Range(0),
+    "batch_size": Range(1),
+    "tau": Range(0.0, 1.0, low_open=True),
+    "gamma": Range(0.0, 1.0),
+    "gradient_steps": Range(1, also=-1),
+    "chunk_size": Range(1),
+    "offline_log_interval": Range(1),
+    "stats_window_size": Range(1),
+    "flow_steps": Range(1),
+    "n_critics": Range(1),
+    "actor_num_samples": Range(1),
+    "alpha": Range(0.0),
+    "bc_alpha": Range(0.0),
+    "initial_ent_coef": Range(0.0, low_open=True),
+}
 
 
 @dataclass(frozen=True)
@@ -239,7 +290,10 @@ def read_config_data(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"benchmark config {str(path)!r} does not exist")
     with path.open(encoding="utf-8") as file:
-        data = yaml.safe_load(file)
+        try:
+            data = yaml.safe_load(file)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"benchmark config {str(path)!r} is not valid YAML: {error}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"invalid benchmark config {str(path)!r}: expected a mapping at the top level, got {type(data).__name__}"
@@ -253,8 +307,9 @@ def load_config(
     """
     Read and check a config; every problem found is reported in one :class:`ConfigError`.
 
-    Checked here: unknown keys (with the valid ones listed), tasks, methods, hyperparameter names and types, protocol
-    numbers, dataset sources (the official folders and files must exist), env keys and execution settings.
+    Checked here: YAML syntax, unknown keys (with the valid ones listed), tasks, methods, hyperparameter names, types
+    and ranges (:data:`HYPERPARAMETER_RANGES`), protocol numbers, dataset sources (the official folders and files must
+    exist), env keys and execution settings. :func:`plan_runs` then has each algorithm check its resolved arguments.
 
     :param source: A YAML file, or its content as a mapping
     :param label: How errors name the config (default: its path)
@@ -306,12 +361,16 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
     :param out: The results folder
     :param seeds: Seeds overriding the config's and the suites' defaults
     :return: The runs, task by task, then method, then seed
+    :raises ConfigError: If an algorithm refuses its resolved arguments (it is built once per method and distinct
+        arguments on a dummy env, before any folder is made)
     """
     if seeds is not None:
         problems = _Problems()
         _parse_seeds(problems, list(seeds))
         problems.raise_if_any("(--seeds)")
     runs = []
+    problems = _Problems()
+    checked: set[str] = set()
     for task in map(get_task, config.tasks):
         suite = get_suite(task.suite)
         task_seeds = tuple(seeds) if seeds is not None else config.seeds or tuple(range(suite.default_seeds))
@@ -320,6 +379,7 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
             method = get_method(method_name)
             hyperparameters = resolve_hyperparameters(method_name, task.domain, config, env_kwargs)
             hyperparameters = merge(hyperparameters, method_overrides)
+            _check_constructible(problems, method_name, task.domain, hyperparameters, config.protocol, checked)
             for seed in task_seeds:
                 runs.append(
                     RunSpec(
@@ -340,7 +400,29 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
                         device=config.execution.device,
                     )
                 )
+    problems.raise_if_any("(the algorithms' own argument checks)")
     return runs
+
+
+def _check_constructible(
+    problems: _Problems,
+    method_name: str,
+    domain: str,
+    hyperparameters: Mapping[str, Any],
+    protocol: Protocol,
+    checked: set[str],
+) -> None:
+    """Build a method's algorithm once per distinct set of arguments; a refused argument is a problem of the config."""
+    method = get_method(method_name)
+    key = json.dumps([method_name, hyperparameters, protocol.offline_steps], sort_keys=True, default=repr)
+    if key in checked:
+        return
+    checked.add(key)
+    offline_steps = protocol.offline_steps if method.offline_phase else None
+    try:
+        method.check_arguments(constructor_arguments(hyperparameters, offline_steps))
+    except Exception as error:
+        problems.add(f"{method_name} (domain {domain}) refuses its hyperparameters: {type(error).__name__}: {error}")
 
 
 def resolve_hyperparameters(
@@ -423,6 +505,13 @@ def _check_hyperparameter(
         problems.add(f"unknown hyperparameter {key!r} in {where}; valid for {method}: {', '.join(defaults)}")
     elif not _matches_default_type(key, value, defaults[key]):
         problems.add(f"{where}.{key} must be like its default {defaults[key]!r}, got {value!r}")
+    else:
+        _check_range(problems, f"{where}.{key}", key, value)
+
+
+def _check_range(problems: _Problems, where: str, key: str, value: Any) -> None:
+    if key in HYPERPARAMETER_RANGES and isinstance(value, int | float) and not HYPERPARAMETER_RANGES[key].contains(value):
+        problems.add(f"{where} must be {HYPERPARAMETER_RANGES[key].describe()}, got {value!r}")
 
 
 def _matches_default_type(key: str, value: Any, default: Any) -> bool:
@@ -467,13 +556,17 @@ def _parse_protocol(problems: _Problems, data: Any) -> Protocol:
     defaults = vars(Protocol())
     _check_keys(problems, "protocol", data, list(defaults))
     values = {**defaults, **{key: value for key, value in data.items() if key in defaults}}
+    invalid = set()
     for key, minimum in (("offline_steps", 0), ("online_steps", 0), ("eval_interval", 1), ("eval_episodes", 1)):
         if not _is_int(values[key]) or values[key] < minimum:
             problems.add(f"protocol.{key} must be an integer >= {minimum}, got {values[key]!r}")
             values[key] = defaults[key]
+            invalid.add(key)
     if not isinstance(values["eval_at_start"], bool):
         problems.add(f"protocol.eval_at_start must be true or false, got {values['eval_at_start']!r}")
     for key in ("offline_steps", "online_steps"):
+        if "eval_interval" in invalid or key in invalid:
+            continue
         if values[key] % values["eval_interval"]:
             problems.add(
                 f"protocol.eval_interval ({values['eval_interval']}) must divide protocol.{key} ({values[key]}): "
@@ -564,6 +657,8 @@ def _parse_hyperparameters(problems: _Problems, data: Any, methods: Mapping[str,
             defaults = METHODS[accepting[0]].constructor_defaults()
             if not _matches_default_type(key, value, defaults[key]):
                 problems.add(f"hyperparameters.{key} must be like its default {defaults[key]!r}, got {value!r}")
+            else:
+                _check_range(problems, f"hyperparameters.{key}", key, value)
     return dict(data)
 
 

@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
@@ -110,6 +114,16 @@ class MethodSpec:
             and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         }
 
+    def check_arguments(self, hyperparameters: Mapping[str, Any]) -> None:
+        """
+        Build the algorithm once with these constructor arguments on a dummy env (CPU, no data), so that every argument
+        check of the algorithm, its policy and its buffer runs before any run does.
+
+        :param hyperparameters: Constructor arguments (a config's resolved ones)
+        :raises Exception: The algorithm's own error for a bad argument
+        """
+        self.algorithm("MlpPolicy", _DummyEnv(), device="cpu", verbose=0, **hyperparameters)
+
     def paper_settings(self, domain: str) -> dict[str, Any]:
         """
         The method's settings in a domain, on top of the constructor defaults.
@@ -122,6 +136,13 @@ class MethodSpec:
             if domain in by_domain:
                 settings[name] = by_domain[domain]
         return settings
+
+
+class _DummyEnv(gym.Env):
+    """The smallest env the algorithms take, for :meth:`MethodSpec.check_arguments`; it is never stepped."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -150,6 +171,22 @@ def get_method(name: str) -> MethodSpec:
     if name not in METHODS:
         raise KeyError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
     return METHODS[name]
+
+
+def constructor_arguments(hyperparameters: Mapping[str, Any], offline_steps: int | None) -> dict[str, Any]:
+    """
+    A run's constructor arguments from its resolved hyperparameters.
+
+    :param hyperparameters: The resolved hyperparameters (as a config writes them)
+    :param offline_steps: The offline gradient steps of a method with an offline phase, else None
+    :return: The keyword arguments of the algorithm
+    """
+    arguments = dict(hyperparameters)
+    if isinstance(arguments.get("train_freq"), list):
+        arguments["train_freq"] = tuple(arguments["train_freq"])  # YAML has no tuples; SB3 wants (n, unit)
+    if offline_steps is not None:
+        arguments["offline_gradient_steps"] = offline_steps
+    return arguments
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

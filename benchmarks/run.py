@@ -3,10 +3,12 @@
 Run: ``python -m benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [--ray ADDRESS] [--out DIR]
 [--data-dir [SUITE=]DIR] [--no-report]``.
 
-In order: the config is checked in full (unknown tasks, methods or keys, bad values, missing dataset folders and
-files, run folders holding another configuration's results); the offline datasets are prepared once, in this
-process (generated and converted, or converted from the official files, and cached); the runs execute, finished
-ones skipped and interrupted ones resumed (:mod:`benchmarks.runs`), with one progress line per run; last, the report
+In order: the config is checked in full (unknown tasks, methods or keys, bad values, hyperparameters the algorithms
+refuse, missing dataset folders and files, run folders holding another configuration's results) before any folder is
+made; the offline datasets are prepared once, in this process (generated and converted, or converted from the
+official files, and cached; a second runner on the same cache waits for the first); the runs execute, finished ones
+skipped and interrupted ones resumed (:mod:`benchmarks.runs`), with one progress line per run; a run another runner is
+working on is skipped as ``busy``, and a run whose folder is damaged fails alone; last, the report
 (:mod:`benchmarks.report`) is written to ``OUT/report``.
 """
 
@@ -24,9 +26,10 @@ from rich.table import Table
 from benchmarks.config import ConfigError, Execution, RunSpec, default_dataset_cache, load_config, plan_runs, read_config_data
 from benchmarks.datasets import prepare_datasets
 from benchmarks.executors import local_workers, run_in_process, run_local_pool, run_on_ray
+from benchmarks.locks import folder_lock
 from benchmarks.progress import ProgressMonitor
 from benchmarks.report import write_report
-from benchmarks.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
+from benchmarks.runs import DamagedRunError, RunConflictError, check_run_folder, execute_run_safely, is_done
 
 DEFAULT_RESULTS_ROOT = "results"
 
@@ -82,24 +85,30 @@ def run_benchmark(
     config = load_config(data, label=repr(str(config_path)), name=Path(config_path).stem)
     out = Path(out or config.out or Path(DEFAULT_RESULTS_ROOT) / config.name)
     runs = plan_runs(config, out, seeds)
+    damaged: dict[str, dict[str, Any]] = {}
     for run in runs:
-        check_run_folder(run)
-    pending = [run for run in runs if not is_done(run)]
-    console.print(f"[bold]{config.name}[/]: {len(runs)} runs ({len(runs) - len(pending)} finished already) -> {out}")
+        try:
+            check_run_folder(run)
+        except DamagedRunError as error:
+            damaged[run.name] = {"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"}
+    runs_to_do = [run for run in runs if run.name not in damaged]
+    pending = [run for run in runs_to_do if not is_done(run)]
+    console.print(f"[bold]{config.name}[/]: {len(runs)} runs ({len(runs_to_do) - len(pending)} finished already) -> {out}")
     requested = config.execution.workers if workers is None else workers
     n_workers = 0 if requested == 0 else local_workers(requested)
     if requested is not None and requested > n_workers:
         console.print(f"{requested} workers requested; this machine has {n_workers} cores: using {n_workers}")
     if pending:
-        pending = prepare_datasets(
-            pending,
-            default_dataset_cache(config, out),
-            workers=max(n_workers, 1),
-            progress=console.is_terminal,
-            log=lambda line: console.print(line, highlight=False),
-        )
+
+        def log(line: str) -> None:
+            console.print(line, highlight=False)
+
+        cache = default_dataset_cache(config, out)
+        # One runner at a time prepares datasets in a cache; another waits for it, then finds them made.
+        with folder_lock(cache, wait=True, on_wait=log):
+            pending = prepare_datasets(pending, cache, workers=max(n_workers, 1), progress=console.is_terminal, log=log)
     # Finished runs are reported as skipped here; only the others go to the executor.
-    by_name = {run.name: execute_run_safely(run) for run in runs if is_done(run)}
+    by_name = {**damaged, **{run.name: execute_run_safely(run) for run in runs_to_do if is_done(run)}}
     if pending:
         by_name.update((summary["run"], summary) for summary in _execute(pending, n_workers, ray_address, config.execution))
     summaries = [by_name[run.name] for run in runs]
@@ -132,6 +141,8 @@ def _print_summary(summaries: Sequence[dict[str, Any]], console: Console) -> Non
     for summary in summaries:
         if summary["status"] == "failed":
             console.print(f"[red]{summary['run']} failed[/]: {summary['error']}", highlight=False)
+        elif summary["status"] == "busy":
+            console.print(f"[yellow]{summary['run']} busy[/]: {summary['error']}", highlight=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     The ``python -m benchmarks.run`` command (console script ``qc-bench``).
 
     :param argv: Arguments (default: the command line's)
-    :return: The exit status: 0 if every run finished, 1 if some failed, 2 for a bad config
+    :return: The exit status: 0 if every run finished, 1 if some failed or were busy (another runner works on them),
+        2 for a bad config or a run folder that holds another configuration's results (nothing runs then)
     """
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
@@ -169,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, RunConflictError) as error:
         console.print(f"[red]error:[/] {error}", highlight=False)
         return 2
-    return 1 if any(summary["status"] == "failed" for summary in summaries) else 0
+    return 0 if all(summary["status"] in ("done", "skipped") for summary in summaries) else 1
 
 
 if __name__ == "__main__":

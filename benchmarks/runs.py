@@ -11,7 +11,10 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
   ``train/*`` and ``rollout/*`` at x = env steps) and ``eval/*``;
 * ``checkpoints/``: the latest checkpoint (:mod:`benchmarks.checkpoints`);
 * ``progress.json``: the run's progress, for the parent's display;
-* ``DONE``: written last; a run with it is skipped.
+* ``error.txt``: the traceback of a session that failed (removed when the next session starts);
+* ``.lock``: the lock file of :mod:`benchmarks.locks`: one process at a time works on a run; a runner that finds the
+  lock held skips the run (status ``busy``, naming the holder) rather than waiting for it;
+* ``DONE``: written last; a run with it is skipped (once its ``config.json`` is checked against the config asked for).
 
 The offline phase runs ``model.pretrain`` in blocks of ``eval_interval`` gradient steps, the online phase
 ``model.learn(block, reset_num_timesteps=False)``; after each block the run is evaluated (``eval_episodes``
@@ -20,6 +23,10 @@ appended to the CSV, and a checkpoint written. A killed run resumes from its lat
 replay buffer, counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run that was
 not interrupted. Resumed in the online phase, it continues from the same state, but its training env starts a new
 episode (an env's simulator state is not saved): the interrupted episode is closed in the buffer as a truncation.
+The model is rebuilt from the run's config and the checkpoint's states put into it; nothing a checkpoint holds is
+unpickled (:mod:`benchmarks.checkpoints`). A resumed run's ``eval.csv`` must hold the rows its checkpoint has done;
+a run whose rows were lost is refused (those evaluations cannot be taken again), as is a damaged checkpoint: the
+run fails with a message saying so, and the other runs go on.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import platform
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -46,17 +54,28 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmarks.atomic import read_json, write_json, write_text
-from benchmarks.checkpoints import CheckpointState, latest_checkpoint, load_rng_states, restore_rng_states, save_checkpoint
+from benchmarks.checkpoints import (
+    CHECKPOINTS_DIR,
+    LATEST_FILE,
+    CheckpointState,
+    latest_checkpoint,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from benchmarks.config import RunSpec
 from benchmarks.datasets import open_offline_data
+from benchmarks.locks import FolderBusyError, folder_lock
+from benchmarks.methods import constructor_arguments
 from benchmarks.progress import ProgressWriter
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success
 
 CONFIG_FILE = "config.json"
 VERSIONS_FILE = "versions.json"
 EVAL_FILE = "eval.csv"
 DONE_FILE = "DONE"
+ERROR_FILE = "error.txt"
 EVAL_COLUMNS = ("step", "phase", "success", "return", "length", "offline_steps", "env_steps", "gradient_steps", "wall_time")
 PACKAGES = ("qc_sb3", "torch", "stable_baselines3", "gymnasium", "minari", "numpy", "ogbench", "mujoco", "robosuite")
 # Offline gradient steps between two progress updates.
@@ -69,6 +88,10 @@ RunHook = Callable[[str, RunSpec], None]
 
 class RunConflictError(RuntimeError):
     """A run folder holds the results of a different configuration."""
+
+
+class DamagedRunError(RuntimeError):
+    """A run folder whose records cannot be trusted (unreadable config, evaluation rows lost)."""
 
 
 @dataclass(frozen=True)
@@ -124,15 +147,26 @@ def check_run_folder(run: RunSpec) -> None:
     failed before its first checkpoint, is taken over).
 
     :param run: The run
+    :raises RunConflictError: If the folder holds results of another configuration
+    :raises DamagedRunError: If it holds results but its ``config.json`` cannot be read
     """
-    path = Path(run.run_dir) / CONFIG_FILE
-    if not path.exists() or (latest_checkpoint(run.run_dir) is None and not is_done(run)):
+    run_dir = Path(run.run_dir)
+    path = run_dir / CONFIG_FILE
+    has_results = (run_dir / CHECKPOINTS_DIR / LATEST_FILE).exists() or is_done(run)
+    if not has_results:
         return
-    saved, wanted = read_json(path), _as_json(run.record())
+    try:
+        saved = read_json(path)
+    except (OSError, ValueError) as error:
+        raise DamagedRunError(
+            f"{run_dir} holds results but its {CONFIG_FILE} cannot be read ({type(error).__name__}: {error}), so "
+            "which configuration they belong to is unknown; delete that folder to run it again"
+        ) from error
+    wanted = _as_json(run.record())
     if saved != wanted:
         differing = sorted(key for key in {*saved, *wanted} if saved.get(key) != wanted.get(key))
         raise RunConflictError(
-            f"{run.run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
+            f"{run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
             "delete that folder"
         )
 
@@ -149,37 +183,66 @@ def is_done(run: RunSpec) -> bool:
 
 def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
     """
-    Run (or resume, or skip) one run in this process.
+    Run (or resume, or skip) one run in this process, holding its folder's lock (:mod:`benchmarks.locks`) meanwhile.
 
     :param run: The run, its offline data prepared
     :param hook: Called after each evaluation and each checkpoint (tests use it to stop a run mid-way)
-    :return: A summary: ``run``, ``status`` (``done`` or ``skipped``), ``offline_success``, ``online_success``,
-        ``wall_time``
+    :return: A summary: ``run``, ``status`` (``done``, ``skipped``, or ``busy`` when another process holds the run's
+        folder, with an ``error`` naming it), ``offline_success``, ``online_success``, ``wall_time``
+    :raises RunConflictError: If the folder holds results of another configuration (nothing is written to it)
     """
     run_dir = Path(run.run_dir)
-    points = evaluation_points(run)
     if is_done(run):
-        # Nothing is written: a finished run's folder stays as it is.
+        # Nothing is written: a finished run's folder stays as it is. Its results must be this config's, though.
+        check_run_folder(run)
         return {"run": run.name, "status": "skipped", **_final_successes(run_dir)}
-    progress = ProgressWriter(run_dir, run.name, run.offline_steps + run.protocol.online_steps)
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(folder_lock(run_dir))
+        except FolderBusyError as error:
+            return {"run": run.name, "status": "busy", "error": f"{error}: skipped (run the command again once it ends)"}
+        try:
+            return _execute_locked(run, hook)
+        except RunConflictError:
+            raise
+        except Exception as error:
+            # Recorded while the lock is held: the folder is this run's, and no other runner writes to it meanwhile.
+            ProgressWriter(run_dir, run.name, 1).finish("failed", error=f"{type(error).__name__}: {error}")
+            write_text(run_dir / ERROR_FILE, "".join(traceback.format_exception(error)))
+            raise
+
+
+def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
+    """:func:`execute_run` once the run's folder is locked."""
+    run_dir = Path(run.run_dir)
     check_run_folder(run)
+    if is_done(run):  # finished by another runner since this one looked
+        return {"run": run.name, "status": "skipped", **_final_successes(run_dir)}
+    points = evaluation_points(run)
+    progress = ProgressWriter(run_dir, run.name, run.offline_steps + run.protocol.online_steps)
     th.set_num_threads(run.torch_threads)
-    run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / CONFIG_FILE, _as_json(run.record()))
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier session's failure
     session_start = time.monotonic()
 
     env = run.make_env(seed=run.seed, **run.env_kwargs)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        model = _new_model(run, env)
-        state = CheckpointState("offline", 0, 0, 0, 0.0)
-    else:
-        folder, state = checkpoint
-        model = _resumed_model(run, env, folder)
+    try:
+        checkpoint = latest_checkpoint(run_dir)
+        rows = _read_rows(run_dir / EVAL_FILE)
+        if checkpoint is None:
+            model = _new_model(run, env)
+            state = CheckpointState("offline", 0, 0, 0, 0.0)
+        else:
+            folder, state = checkpoint
+            _check_rows(run, points, rows, state)
+            model = _resumed_model(run, env, folder)
+    except BaseException:
+        env.close()
+        raise
     _record_versions(run_dir, state)
     earlier_wall_time = state.wall_time
-    rows = _read_rows(run_dir / EVAL_FILE)[: state.evaluations_done]
     # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.
+    rows = rows[: state.evaluations_done]
     _write_rows(run_dir / EVAL_FILE, rows)
     loggers = {phase: _tensorboard_logger(run_dir, phase) for phase in ("offline", "online")}
     try:
@@ -222,8 +285,9 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
 
 def execute_run_safely(run: RunSpec) -> dict[str, Any]:
     """
-    :func:`execute_run`, with a failure reported (in the summary and the run's progress) instead of raised, so that
-    one failing run does not stop the others.
+    :func:`execute_run`, with a failure reported in the summary instead of raised, so that one failing run does not
+    stop the others (a run that failed in its own folder has recorded its error there: ``error.txt`` and its
+    progress; a run refused because its folder holds another configuration's results writes nothing).
 
     :param run: The run
     :return: The summary; a failed run has ``status`` ``failed`` and its ``error``
@@ -231,10 +295,6 @@ def execute_run_safely(run: RunSpec) -> dict[str, Any]:
     try:
         return execute_run(run)
     except Exception as error:
-        message = "".join(traceback.format_exception(error))
-        progress = ProgressWriter(run.run_dir, run.name, 1)
-        progress.finish("failed", error=f"{type(error).__name__}: {error}")
-        write_text(Path(run.run_dir) / "error.txt", message)
         return {"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"}
 
 
@@ -252,37 +312,34 @@ def _algorithm(run: RunSpec) -> type[ChunkedOffPolicyAlgorithm]:
     return getattr(importlib.import_module(module), name)
 
 
-def _constructor_arguments(run: RunSpec) -> dict[str, Any]:
-    arguments = dict(run.hyperparameters)
-    if isinstance(arguments.get("train_freq"), list):
-        arguments["train_freq"] = tuple(arguments["train_freq"])  # YAML has no tuples; SB3 wants (n, unit)
-    if run.offline_phase:
-        arguments["offline_gradient_steps"] = run.protocol.offline_steps
-    return arguments
-
-
-def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
-    offline = open_offline_data(run.offline_data) if run.offline_data is not None else None
+def _build_model(run: RunSpec, env: Any, offline_dataset: Any) -> ChunkedOffPolicyAlgorithm:
+    """The run's algorithm, built from its config (never from a file)."""
     return _algorithm(run)(
         "MlpPolicy",
         env,
-        offline_dataset=offline,
+        offline_dataset=offline_dataset,
         seed=run.seed,
         device=run.device,
         tensorboard_log=str(Path(run.run_dir) / "tensorboard"),
         verbose=0,
-        **_constructor_arguments(run),
+        **constructor_arguments(run.hyperparameters, run.protocol.offline_steps if run.offline_phase else None),
     )
 
 
+def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
+    return _build_model(run, env, open_offline_data(run.offline_data) if run.offline_data is not None else None)
+
+
 def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
-    # The run's own data source (also for data read into memory, which a saved model does not record): the shards
-    # to come for the swaps; the buffer itself, offline segment included, is the checkpoint's.
-    offline = {} if run.offline_data is None else {"offline_dataset": open_offline_data(run.offline_data)}
-    model = _algorithm(run).load(folder / "model.zip", env=env, device=run.device, **offline)
-    model.load_replay_buffer(folder / "replay_buffer.pkl")
-    restore_rng_states(model, load_rng_states(folder))
-    # load() reseeded the env with the run's seed: a resumed online phase starts its new episode from another seed.
+    # Built without its offline data: the checkpoint's buffer holds the offline segment as it stood.
+    model = _build_model(run, env, None)
+    restore_checkpoint(model, folder)
+    if run.offline_data is not None and run.offline_data.swap_interval is not None:
+        # The buffer holds the current shard; the model needs the others for the swaps to come.
+        offline = open_offline_data(run.offline_data)
+        assert isinstance(offline, OfflineShards)
+        model.offline_dataset = offline
+    # The constructor seeded the env with the run's seed: a resumed online phase starts its new episode from another.
     model.env.seed(run.seed + model.num_timesteps)
     _close_interrupted_episode(model)
     return model
@@ -356,13 +413,44 @@ def _evaluation_env(run: RunSpec, index: int) -> DummyVecEnv:
     return env
 
 
+def _plot_step(run: RunSpec, point: EvaluationPoint) -> int:
+    """The paper's x-axis: offline gradient steps, then the offline budget plus online env steps."""
+    return point.phase_step if point.phase == "offline" else run.protocol.offline_steps + point.phase_step
+
+
+def _check_rows(run: RunSpec, points: list[EvaluationPoint], rows: list[dict[str, Any]], state: CheckpointState) -> None:
+    """
+    Refuse to resume when the evaluation CSV lacks rows the checkpoint has done, or its rows are not the run's
+    scheduled evaluations: those evaluations cannot be taken again (only the latest checkpoint is kept).
+    """
+    done = state.evaluations_done
+    complete = 0
+    for row, point in zip(rows[:done], points, strict=False):
+        if any(row.get(column) in (None, "") for column in EVAL_COLUMNS) or (row["step"], row["phase"]) != (
+            str(_plot_step(run, point)),
+            point.phase,
+        ):
+            break
+        complete += 1
+    last = rows[done - 1] if complete == done and done > 0 else None
+    counters_match = last is None or (last["offline_steps"], last["env_steps"]) == (
+        str(state.offline_steps_done),
+        str(state.num_timesteps),
+    )
+    if complete < done or not counters_match:
+        found = f"{complete} complete row(s) matching its schedule" if counters_match else "a last row of other counters"
+        raise DamagedRunError(
+            f"{Path(run.run_dir) / EVAL_FILE} has {found}, but the checkpoint records {done} evaluation(s) (up to "
+            f"{state.offline_steps_done} offline steps, {state.num_timesteps} env steps): rows were lost or changed, "
+            f"and only the latest checkpoint is kept to evaluate again; delete {run.run_dir} to run it again"
+        )
+
+
 def _row(
     run: RunSpec, point: EvaluationPoint, model: ChunkedOffPolicyAlgorithm, results: dict[str, float], wall_time: float
 ) -> dict[str, Any]:
-    # The paper's x-axis: offline gradient steps, then the offline budget plus online env steps.
-    step = point.phase_step if point.phase == "offline" else run.protocol.offline_steps + point.phase_step
     return {
-        "step": step,
+        "step": _plot_step(run, point),
         "phase": point.phase,
         "success": results["success"],
         "return": results["return"],

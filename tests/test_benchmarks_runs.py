@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,6 @@ from benchmarks.config import load_config, plan_runs
 from benchmarks.datasets import prepare_datasets
 from benchmarks.run import run_benchmark
 from benchmarks.runs import EVAL_COLUMNS, RunConflictError, execute_run
-from qc_sb3 import QC
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
@@ -68,13 +66,13 @@ def without_wall_time(rows: list[dict]) -> list[dict]:
 
 def final_parameters(run_dir: Path) -> dict[str, th.Tensor]:
     (checkpoint,) = (Path(run_dir) / "checkpoints").glob("ckpt-*")
-    return QC.load(checkpoint / "model.zip", device="cpu").policy.state_dict()
+    return th.load(checkpoint / "tensors.pt", weights_only=True)["parameters"]["policy"]
 
 
-def online_buffer(run_dir: Path):
+def online_buffer(run_dir: Path) -> dict[str, np.ndarray]:
     (checkpoint,) = (Path(run_dir) / "checkpoints").glob("ckpt-*")
-    with (checkpoint / "replay_buffer.pkl").open("rb") as file:
-        return pickle.load(file)
+    with np.load(checkpoint / "replay_buffer.npz", allow_pickle=False) as arrays:
+        return {name: arrays[name] for name in arrays.files}
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +110,10 @@ def test_a_run_writes_the_results_layout(uninterrupted):
     assert any((run_dir / "tensorboard" / phase).glob("events.out.tfevents.*") for phase in ("offline", "online"))
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text()) == {"checkpoint": "ckpt-00004"}
     assert {path.name for path in (run_dir / "checkpoints" / "ckpt-00004").iterdir()} == {
-        "model.zip",
-        "replay_buffer.pkl",
-        "rng.pkl",
+        "tensors.pt",
+        "replay_buffer.npz",
+        "model.json",
+        "rng.json",
         "state.json",
     }
     state = json.loads((run_dir / "checkpoints" / "ckpt-00004" / "state.json").read_text())
@@ -192,14 +191,15 @@ def test_a_run_killed_in_the_online_phase_continues_from_its_checkpoint(tmp_path
         (row["offline_steps"], row["env_steps"], row["gradient_steps"]) for row in expected
     ]
     buffer, reference_buffer = online_buffer(run.run_dir), online_buffer(reference.run_dir)
-    assert buffer.size() == reference_buffer.size() == 40
-    assert buffer.offline_size == reference_buffer.offline_size > 0
+    # A full ring of 40 online steps (buffer_size: the online steps).
+    assert buffer["full"] and reference_buffer["full"] and buffer["pos"] == reference_buffer["pos"] == 0
+    assert len(buffer["offline_rewards"]) == len(reference_buffer["offline_rewards"]) > 0
     # The first 20 online steps are the ones stored before the kill; the interrupted episode is closed there.
-    np.testing.assert_array_equal(buffer.observations[:20], reference_buffer.observations[:20])
-    np.testing.assert_array_equal(buffer.actions[:20], interrupted_buffer.actions[:20])
-    assert buffer.dones[19, 0] == 1.0
-    if reference_buffer.dones[19, 0] == 0.0:  # mid-episode at the kill: closed as a truncation, not a termination
-        assert buffer.timeouts[19, 0] == 1.0
+    np.testing.assert_array_equal(buffer["observations"][:20], reference_buffer["observations"][:20])
+    np.testing.assert_array_equal(buffer["actions"][:20], interrupted_buffer["actions"][:20])
+    assert buffer["dones"][19, 0] == 1.0
+    if reference_buffer["dones"][19, 0] == 0.0:  # mid-episode at the kill: closed as a truncation, not a termination
+        assert buffer["timeouts"][19, 0] == 1.0
 
 
 def test_a_run_folder_of_another_configuration_is_refused_before_any_run(tmp_path):
