@@ -40,8 +40,12 @@ class ChunkPolicy(BasePolicy):
     ``predict`` keeps one action queue per env in its recurrent ``state``: when an env's queue is empty it asks
     :meth:`_predict_chunk` for a chunk, then pops one primitive action per call; ``episode_start`` clears the
     queue. SB3's ``evaluate_policy`` and any loop that passes state and episode starts thus execute the chunks
-    open-loop with no special code. ``deterministic`` is accepted for SB3 compatibility and ignored: as in the
-    reference, acting and evaluating sample from the same stochastic policy.
+    open-loop with no special code.
+
+    ``deterministic=False`` (SB3's default for ``predict``, what the algorithm acts with and what the reference
+    evaluates with) samples the stochastic policy. ``deterministic=True`` (the default of SB3's ``evaluate_policy``
+    and ``EvalCallback``) gives a deterministic function of the observation: each policy says which in
+    :meth:`_predict_chunk`.
 
     :param observation_space: Observation space (a Box)
     :param action_space: Primitive action space (a Box)
@@ -100,28 +104,30 @@ class ChunkPolicy(BasePolicy):
         return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
 
     @abstractmethod
-    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
+    def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         """
-        Sample one flat chunk per observation, in the [-1, 1] scale.
+        One flat chunk per observation, in the [-1, 1] scale.
 
         :param observation: Preprocessed observations, shape (B, *obs_shape)
+        :param deterministic: Return a deterministic function of the observation instead of a sample
         :return: Chunks of shape (B, act_chunk_size * A), time-major
         """
 
     def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
-        return self._predict_chunk(observation)
+        return self._predict_chunk(observation, deterministic=deterministic)
 
-    def predict_chunk(self, observation: np.ndarray) -> np.ndarray:
+    def predict_chunk(self, observation: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """
-        Sample one chunk per observation, in the env's action scale.
+        One chunk per observation, in the env's action scale.
 
         :param observation: One observation, or a batch of n_envs observations
+        :param deterministic: Return the policy's deterministic chunk instead of a sample
         :return: Chunks of shape (n_envs, act_chunk_size, *action_shape)
         """
         self.set_training_mode(False)
         observation_tensor, _ = self.obs_to_tensor(observation)
         with th.no_grad():
-            chunks = self._predict_chunk(observation_tensor).cpu().numpy()
+            chunks = self._predict_chunk(observation_tensor, deterministic=deterministic).cpu().numpy()
         chunks = chunks.reshape(len(chunks), self.act_chunk_size, *self.action_space.shape)
         return self.unscale_action(chunks)
 
@@ -138,7 +144,7 @@ class ChunkPolicy(BasePolicy):
         :param observation: One observation, or a batch of n_envs observations
         :param state: The queues returned by the previous call (None: all queues empty)
         :param episode_start: Per env, whether an episode starts at this observation (clears its queue)
-        :param deterministic: Ignored: the reference acts with the same stochastic policy at evaluation
+        :param deterministic: Refill queues with the policy's deterministic chunk instead of a sample
         :return: One primitive action per env in the env's scale, and the updated queues
         """
         self.set_training_mode(False)
@@ -150,7 +156,9 @@ class ChunkPolicy(BasePolicy):
         empty = next_index >= self.act_chunk_size
         if empty.any():
             with th.no_grad():
-                new_chunks = self._predict_chunk(observation_tensor[th.as_tensor(empty, device=self.device)])
+                new_chunks = self._predict_chunk(
+                    observation_tensor[th.as_tensor(empty, device=self.device)], deterministic=deterministic
+                )
             chunks[empty] = new_chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
             next_index[empty] = 0
         scaled_actions = chunks[np.arange(n_envs), next_index]
