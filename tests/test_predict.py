@@ -1,14 +1,20 @@
-"""What ``predict`` means for chunk policies: ``deterministic=True`` (issue 15, item 2)."""
+"""What ``predict`` means for chunk policies: ``deterministic=True`` (issue 15, item 2) and the warning of a loop
+that drops the action queue (item 3)."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
 from test_rlpd import actor_mean_log_std
 from test_rlpd import make_model as make_rlpd_model
 
 from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.common.evaluation import evaluate_success
 from qc_sb3.common.flow_q import FlowQPolicy
 from qc_sb3.qc.policies import QCPolicy
 
@@ -95,3 +101,58 @@ def test_qc_fixed_noise_comes_from_the_seed_and_leaves_the_generator_stream_alon
     th.manual_seed(0)
     FlowQWithoutNoise(*arguments, net_arch=[4], chunk_size=2)
     assert th.equal(after_qc, th.rand(3))
+
+
+# Issue 15, item 3: a loop that drops the state re-plans at every step; the policy says so once.
+
+REPLAN_MESSAGE = "called twice in a row with state=None"
+
+
+def replanning_warnings(record: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [warning for warning in record if REPLAN_MESSAGE in str(warning.message)]
+
+
+@pytest.mark.parametrize("cls", [QC, QCFQL, RLPD])
+def test_predict_loop_that_drops_the_state_warns_once(cls):
+    model = make_model(cls)
+    observation = OBSERVATIONS[0]
+    model.predict(observation)  # a single stateless call is fine: it may be a one-off query
+    with pytest.warns(UserWarning, match=REPLAN_MESSAGE):
+        model.predict(observation)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            model.predict(observation)
+    assert not replanning_warnings(record), "once per policy"
+
+
+@pytest.mark.parametrize("kwargs", [{"chunk_size": 1}, {"action_chunking": False}])
+def test_no_warning_when_every_decision_is_one_action(kwargs):
+    model = make_flow_model(QC, **kwargs)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            model.predict(OBSERVATIONS[0])
+    assert not replanning_warnings(record)
+
+
+@pytest.mark.parametrize("cls", [QC, RLPD])
+def test_loops_that_pass_the_state_back_never_warn(cls):
+    model = make_model(cls)
+    env = Monitor(make_env())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model.learn(total_timesteps=15)
+        model.learn(total_timesteps=15)
+        evaluate_policy(model, env, n_eval_episodes=2)
+        evaluate_policy(model, env, n_eval_episodes=2, deterministic=False)
+        evaluate_success(model, Monitor(make_env()), n_eval_episodes=2)
+        observation, _ = env.reset(seed=0)
+        state, episode_start = None, True
+        for _ in range(20):
+            action, state = model.predict(observation, state=state, episode_start=np.array([episode_start]))
+            observation, _, terminated, truncated, _ = env.step(action)
+            episode_start = terminated or truncated
+            if episode_start:
+                observation, _ = env.reset()
+    assert not replanning_warnings(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from abc import abstractmethod
 from typing import Any
 
@@ -42,6 +43,12 @@ class ChunkPolicy(BasePolicy):
     queue. SB3's ``evaluate_policy`` and any loop that passes state and episode starts thus execute the chunks
     open-loop with no special code.
 
+    A loop that drops the state (``action, _ = model.predict(obs)``) re-plans at every step: each call samples a
+    chunk and executes only its first action, a closed-loop policy at h times the compute. Since that loop is the
+    one in SB3's docs, the policy warns (once per policy) the second time in a row it is called with
+    ``state=None`` while ``act_chunk_size > 1``; pass the returned state back, with ``episode_start``, as for
+    recurrent policies.
+
     ``deterministic=False`` (SB3's default for ``predict``, what the algorithm acts with and what the reference
     evaluates with) samples the stochastic policy. ``deterministic=True`` (the default of SB3's ``evaluate_policy``
     and ``EvalCallback``) gives a deterministic function of the observation: each policy says which in
@@ -78,6 +85,9 @@ class ChunkPolicy(BasePolicy):
         self.chunk_size = chunk_size
         self.action_chunking = action_chunking
         self.primitive_action_dim = int(np.prod(action_space.shape))
+        # Whether the last predict() call got state=None, and whether the re-planning warning was given.
+        self._last_predict_without_state = False
+        self._warned_predict_without_state = False
 
     @property
     def act_chunk_size(self) -> int:
@@ -147,6 +157,7 @@ class ChunkPolicy(BasePolicy):
         :param deterministic: Refill queues with the policy's deterministic chunk instead of a sample
         :return: One primitive action per env in the env's scale, and the updated queues
         """
+        self._warn_if_state_is_dropped(state)
         self.set_training_mode(False)
         observation_tensor, vectorized_env = self.obs_to_tensor(observation)
         n_envs = observation_tensor.shape[0]
@@ -168,6 +179,22 @@ class ChunkPolicy(BasePolicy):
         if not vectorized_env:
             actions = actions.squeeze(axis=0)
         return actions, (chunks, next_index)
+
+    def _warn_if_state_is_dropped(self, state: ActionQueueState | None) -> None:
+        """Warn, once, at the second call in a row without state: the caller then executes one action per chunk."""
+        dropped = state is None and self._last_predict_without_state and self.act_chunk_size > 1
+        if dropped and not self._warned_predict_without_state:
+            warnings.warn(
+                f"predict() was called twice in a row with state=None: each call samples a new chunk of "
+                f"{self.act_chunk_size} actions and only its first action is executed, which re-plans at every "
+                "step (a closed-loop policy at h times the compute). Pass the returned state back, as for "
+                "recurrent policies: `action, state = model.predict(obs, state=state, episode_start=episode_start)`, "
+                "episode_start being True at the first observation of each episode.",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_predict_without_state = True
+        self._last_predict_without_state = state is None
 
     def _queues_for(self, state: ActionQueueState | None, n_envs: int) -> ActionQueueState:
         """Copies of the given queues (so a caller's state is never modified), or n_envs empty queues."""
