@@ -144,6 +144,7 @@ def test_loops_that_pass_the_state_back_never_warn(cls):
         warnings.simplefilter("always")
         model.learn(total_timesteps=15)
         model.learn(total_timesteps=15)
+        model.predict(OBSERVATIONS[0])  # a one-off query, then evaluate_policy, which starts with state=None
         evaluate_policy(model, env, n_eval_episodes=2)
         evaluate_policy(model, env, n_eval_episodes=2, deterministic=False)
         evaluate_success(model, Monitor(make_env()), n_eval_episodes=2)

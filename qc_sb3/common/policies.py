@@ -46,8 +46,8 @@ class ChunkPolicy(BasePolicy):
     A loop that drops the state (``action, _ = model.predict(obs)``) re-plans at every step: each call samples a
     chunk and executes only its first action, a closed-loop policy at h times the compute. Since that loop is the
     one in SB3's docs, the policy warns (once per policy) the second time in a row it is called with
-    ``state=None`` while ``act_chunk_size > 1``; pass the returned state back, with ``episode_start``, as for
-    recurrent policies.
+    ``state=None`` (and not ``episode_start`` True for every env, a fresh start) while ``act_chunk_size > 1``; pass
+    the returned state back, with ``episode_start``, as for recurrent policies.
 
     ``deterministic=False`` (SB3's default for ``predict``, what the algorithm acts with and what the reference
     evaluates with) samples the stochastic policy. ``deterministic=True`` (the default of SB3's ``evaluate_policy``
@@ -157,7 +157,7 @@ class ChunkPolicy(BasePolicy):
         :param deterministic: Refill queues with the policy's deterministic chunk instead of a sample
         :return: One primitive action per env in the env's scale, and the updated queues
         """
-        self._warn_if_state_is_dropped(state)
+        self._warn_if_state_is_dropped(state, episode_start)
         self.set_training_mode(False)
         observation_tensor, vectorized_env = self.obs_to_tensor(observation)
         n_envs = observation_tensor.shape[0]
@@ -180,9 +180,14 @@ class ChunkPolicy(BasePolicy):
             actions = actions.squeeze(axis=0)
         return actions, (chunks, next_index)
 
-    def _warn_if_state_is_dropped(self, state: ActionQueueState | None) -> None:
-        """Warn, once, at the second call in a row without state: the caller then executes one action per chunk."""
-        dropped = state is None and self._last_predict_without_state and self.act_chunk_size > 1
+    def _warn_if_state_is_dropped(self, state: ActionQueueState | None, episode_start: np.ndarray | None) -> None:
+        """
+        Warn, once, at the second call in a row without state: the caller then executes one action per chunk. A call
+        whose ``episode_start`` is True for every env starts afresh (as ``evaluate_policy``'s first call): it is not
+        counted.
+        """
+        without_state = state is None and (episode_start is None or not np.all(episode_start))
+        dropped = without_state and self._last_predict_without_state and self.act_chunk_size > 1
         if dropped and not self._warned_predict_without_state:
             warnings.warn(
                 f"predict() was called twice in a row with state=None: each call samples a new chunk of "
@@ -194,7 +199,7 @@ class ChunkPolicy(BasePolicy):
                 stacklevel=4,
             )
             self._warned_predict_without_state = True
-        self._last_predict_without_state = state is None
+        self._last_predict_without_state = without_state
 
     def _queues_for(self, state: ActionQueueState | None, n_envs: int) -> ActionQueueState:
         """Copies of the given queues (so a caller's state is never modified), or n_envs empty queues."""
