@@ -137,15 +137,21 @@ def test_no_warning_when_every_decision_is_one_action(kwargs):
 
 
 @pytest.mark.parametrize("cls", [QC, RLPD])
-def test_loops_that_pass_the_state_back_never_warn(cls):
+def test_loops_that_pass_the_state_back_never_warn(cls, tmp_path):
     model = make_model(cls)
     env = Monitor(make_env())
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         model.learn(total_timesteps=15)
+        model.predict(OBSERVATIONS[0])  # one-off queries, then loops that start with state=None
         model.learn(total_timesteps=15)
-        model.predict(OBSERVATIONS[0])  # a one-off query, then evaluate_policy, which starts with state=None
-        evaluate_policy(model, env, n_eval_episodes=2)
+        model.learn(total_timesteps=15, reset_num_timesteps=False)
+        model.predict(OBSERVATIONS[0])
+        model.save(tmp_path / "model.zip")
+        loaded = type(model).load(tmp_path / "model.zip", env=make_env())
+        loaded.predict(OBSERVATIONS[0])
+        loaded.learn(total_timesteps=5, reset_num_timesteps=False)  # the loaded model has no queue yet
+        evaluate_policy(model, env, n_eval_episodes=2)  # after model's one-off query above
         evaluate_policy(model, env, n_eval_episodes=2, deterministic=False)
         evaluate_success(model, Monitor(make_env()), n_eval_episodes=2)
         observation, _ = env.reset(seed=0)
