@@ -28,6 +28,8 @@ extras = {
         "termcolor",
         "tqdm",
     ],
+    # rl-zoo3 integration (qc_sb3.zoo); rl-zoo3's enjoy script imports requests without declaring it.
+    "zoo": ["rl_zoo3>=2.9", "requests"],
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
     "test": [
         "pytest>=8",
@@ -53,7 +55,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["qc_sb3", "qc_sb3.*", "envs", "envs.*", "benchmarks", "benchmarks.*"]),
     python_requires=">=3.10",
-    package_data={"benchmarks": ["configs/*.yaml", "data/*.csv"]},
+    package_data={"benchmarks": ["configs/*.yaml", "data/*.csv"], "qc_sb3": ["zoo/hyperparams/*.yml"]},
     install_requires=install_requires,
     extras_require=extras,
     entry_points={

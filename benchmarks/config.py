@@ -11,7 +11,7 @@ Schema (every section but ``tasks`` and ``methods`` is optional)::
       offline_steps: 1000000              # offline gradient steps (methods with an offline phase)
       online_steps: 1000000               # online env steps
       eval_interval: 100000               # must divide both
-      eval_episodes: 50
+      eval_episodes: 50                   # each with the stochastic policy (deterministic=False), as the paper
       eval_at_start: false                # also evaluate before any training
     datasets:                             # one entry per suite the tasks use
       ogbench: {source: official, directory: ~/.ogbench/data, files: {cube-quadruple: cube-quadruple-play-100m-v0}}

@@ -268,7 +268,9 @@ def test_policy_acts_from_the_first_online_step():
     model = make_model(QC, learning_starts=1000)
     calls = []
     predict_chunk = model.policy._predict_chunk
-    model.policy._predict_chunk = lambda observation: calls.append(len(observation)) or predict_chunk(observation)
+    model.policy._predict_chunk = lambda observation, deterministic=False: (
+        calls.append(len(observation)) or predict_chunk(observation)
+    )
     model.learn(total_timesteps=9)
     assert sum(calls) == 3, "9 env steps with chunks of 3 ask the policy for 3 chunks (no random warm-up)"
     assert model._n_updates == 0
@@ -297,7 +299,7 @@ def test_predict_pops_open_loop_chunks_per_env_and_clears_at_episode_start():
     policy = model.policy
     counter = iter(range(100))
 
-    def numbered_chunks(observation):
+    def numbered_chunks(observation, deterministic=False):
         # Each chunk holds one number per row, so popped actions tell which chunk and position they came from.
         rows = [np.full((3, ACTION_DIM), next(counter) / 100.0) for _ in range(len(observation))]
         rows = [row + np.arange(3)[:, None] / 1000.0 for row in rows]
@@ -435,7 +437,9 @@ def test_online_queue_is_cleared_when_an_episode_ends():
     model = make_model(QC, chunk_size=5, learning_starts=1000)
     calls = []
     predict_chunk = model.policy._predict_chunk
-    model.policy._predict_chunk = lambda observation: calls.append(len(observation)) or predict_chunk(observation)
+    model.policy._predict_chunk = lambda observation, deterministic=False: (
+        calls.append(len(observation)) or predict_chunk(observation)
+    )
     model.learn(total_timesteps=2 * EPISODE_LENGTH)
     assert sum(calls) == 6, "two episodes of three chunks each"
 

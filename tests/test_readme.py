@@ -17,6 +17,7 @@ def test_qc_example_runs_offline_then_online():
     model = namespace["model"]
     assert model.offline_steps_done == 50 and model.num_timesteps == 100
     assert namespace["action"].shape == (1,)
+    assert isinstance(namespace["state"], tuple), "the example passes the action queue back"
 
 
 def test_sac_example_runs():

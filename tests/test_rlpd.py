@@ -282,7 +282,7 @@ def test_warm_up_takes_uniform_random_primitive_actions_then_the_policy_executes
     chunks, called_at = [], []
     predict_chunk = model.policy._predict_chunk
 
-    def spy(observation):
+    def spy(observation, deterministic=False):
         called_at.append(model.num_timesteps)
         chunks.append(predict_chunk(observation))
         return chunks[-1]

@@ -21,6 +21,9 @@ from sb3_contrib import TQC, CrossQ
 from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -373,7 +376,8 @@ def set_constant_q(critic: th.nn.Module, value: float) -> None:
 @pytest.mark.parametrize(("algo", "n_envs"), [(SAC, 1), (TD3, 1), (TQC, 1), (CrossQ, 1), (SAC, 2), (TQC, 2)])
 def test_td_targets_use_chunk_discount(algo: type[BaseAlgorithm], n_envs: int, monkeypatch: pytest.MonkeyPatch):
     model = make_td_model(algo, n_envs)
-    model.learn(total_timesteps=N_TRANSITIONS)
+    with pytest.warns(UserWarning, match=f"{algo.__name__}'s gamma is unused"):  # 0.99, deliberately not GAMMA
+        model.learn(total_timesteps=N_TRANSITIONS)
     assert model.replay_buffer.size() * n_envs == N_TRANSITIONS
     # CrossQ has no target network: its critic computes the next-state values.
     set_constant_q(model.critic if algo is CrossQ else model.critic_target, Q_CONSTANT)
@@ -429,7 +433,7 @@ def test_td_targets_use_chunk_discount(algo: type[BaseAlgorithm], n_envs: int, m
 
 
 def test_sac_learns_on_chunked_pendulum():
-    env = ChunkedActionWrapper(gym.make("Pendulum-v1"), 5)
+    env = ChunkedActionWrapper(Monitor(gym.make("Pendulum-v1")), 5)
     model = SAC(
         "MlpPolicy",
         env,
@@ -446,3 +450,120 @@ def test_sac_learns_on_chunked_pendulum():
     assert model._n_updates > 0
     # 200 = 40 chunks of 5: every macro-transition is a full chunk, discount 0.99^5 = 0.9509900499
     np.testing.assert_allclose(model.replay_buffer.discounts[:300, 0], 0.9509900499, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Episode statistics and the setup around the wrapper (issue 15, item 6)
+# ---------------------------------------------------------------------------------------------------------------
+
+MONITOR_MESSAGE = "replaced info\\['episode'\\]"
+
+
+def messages(record: list[warnings.WarningMessage], pattern: str) -> list[str]:
+    return [str(warning.message) for warning in record if re.search(pattern, str(warning.message))]
+
+
+def run_counter_episode(env: gym.Env) -> dict[str, Any]:
+    """One episode of chunks of ROWS; returns the info of its last step."""
+    env.reset()
+    done, info = False, {}
+    while not done:
+        _, _, terminated, truncated, info = env.step(ROWS)
+        done = terminated or truncated
+    return info
+
+
+@pytest.mark.parametrize(("terminate_at", "max_episode_steps"), [(7, 100), (None, 8)])
+def test_episode_info_holds_the_primitive_return_and_length(terminate_at, max_episode_steps):
+    env, inner = make_wrapped(chunk_size=3, gamma=0.5, max_episode_steps=max_episode_steps, terminate_at=terminate_at)
+    info = run_counter_episode(env)
+    length = 7 if terminate_at else 8
+    # Primitive step t (from 0) gets (t + 1) + (a[0] - 2 a[1]) with the rows cycling 2.0, -0.5, 0.0: undiscounted.
+    expected_return = sum((t + 1) + [2.0, -0.5, 0.0][t % 3] for t in range(length))
+    assert info["episode"]["l"] == length == len(inner.executed)
+    assert info["episode"]["r"] == pytest.approx(expected_return)
+    assert info["episode"]["t"] >= 0.0
+    # A second episode starts its sums from zero.
+    info = run_counter_episode(env)
+    assert info["episode"]["l"] == length
+
+
+def test_monitor_inside_keeps_its_episode_info_and_no_warning():
+    inner = TimeLimit(CounterEnv(terminate_at=7), 100)
+    env = ChunkedActionWrapper(Monitor(inner), 3, gamma=0.5)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        info = run_counter_episode(env)
+        run_counter_episode(env)
+    assert info["episode"]["l"] == 7 and env.env.get_episode_lengths() == [7, 7]
+    assert not messages(record, MONITOR_MESSAGE)
+
+
+def test_monitor_outside_is_detected():
+    venv = DummyVecEnv([lambda: Monitor(ChunkedActionWrapper(TimeLimit(CounterEnv(terminate_at=7), 100), 3, gamma=0.5))])
+    venv.reset()
+    with pytest.warns(UserWarning, match=MONITOR_MESSAGE):
+        for _ in range(3):  # one episode of 3 chunks, after which the VecEnv resets the env
+            venv.step(ROWS.reshape(1, -1))
+
+
+def test_sb3_adds_its_monitor_outside_a_bare_wrapper_and_the_wrapper_says_so():
+    env = ChunkedActionWrapper(TimeLimit(CounterEnv(terminate_at=7), 100), 3, gamma=0.5)
+    model = SAC("MlpPolicy", env, replay_buffer_class=ChunkDiscountReplayBuffer, gamma=0.5, policy_kwargs={"net_arch": [8]})
+    with pytest.warns(UserWarning, match=MONITOR_MESSAGE):
+        model.learn(total_timesteps=4)
+
+
+def test_make_vec_env_puts_monitor_inside_and_sb3_reports_primitive_statistics():
+    venv = make_vec_env(
+        lambda: TimeLimit(CounterEnv(terminate_at=7, action_weight=0.0), 100),
+        wrapper_class=ChunkedActionWrapper,
+        wrapper_kwargs={"chunk_size": 3, "gamma": 0.5},
+    )
+    model = SAC(
+        "MlpPolicy",
+        venv,
+        replay_buffer_class=ChunkDiscountReplayBuffer,
+        gamma=0.5,
+        learning_starts=100,
+        policy_kwargs={"net_arch": [8]},
+        seed=0,
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model.learn(total_timesteps=6)
+        returns, lengths = evaluate_policy(model, venv, n_eval_episodes=2, return_episode_rewards=True)
+    assert not messages(record, "ChunkedActionWrapper")
+    # With action_weight 0, an episode of 7 primitive steps returns 1 + 2 + ... + 7, undiscounted.
+    assert [info["l"] for info in model.ep_info_buffer] == [7, 7]
+    assert [info["r"] for info in model.ep_info_buffer] == [28.0, 28.0]
+    assert lengths == [7, 7] and returns == [28.0, 28.0]
+
+
+@pytest.mark.parametrize(
+    ("buffer_class", "algorithm_gamma", "pattern"),
+    [
+        (None, 0.5, "with a ReplayBuffer: it bootstraps every macro-transition with gamma=0.5"),
+        (ChunkDiscountReplayBuffer, 0.99, "SAC has gamma=0.99 but its ChunkedActionWrapper has gamma=0.5"),
+        (ChunkDiscountReplayBuffer, 0.5, None),
+    ],
+)
+def test_sac_on_the_wrapper_warns_without_the_chunk_buffer_or_with_another_gamma(buffer_class, algorithm_gamma, pattern):
+    venv = DummyVecEnv([lambda: ChunkedActionWrapper(Monitor(TimeLimit(CounterEnv(terminate_at=7), 100)), 3, 0.5)] * 2)
+    model = SAC(
+        "MlpPolicy",
+        venv,
+        replay_buffer_class=buffer_class,
+        gamma=algorithm_gamma,
+        learning_starts=100,
+        policy_kwargs={"net_arch": [8]},
+        seed=0,
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model.learn(total_timesteps=4)
+    found = messages(record, "ChunkedActionWrapper")
+    if pattern is None:
+        assert not found
+    else:
+        assert len(found) == 2 and all(pattern in message for message in found), found  # once per wrapper

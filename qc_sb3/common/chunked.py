@@ -634,7 +634,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :return: Actions in the env's scale, and the same in the buffer's [-1, 1] scale
         """
         assert self._last_obs is not None, "self._last_obs was not set"
-        actions, self._action_queue = self.policy.predict(self._last_obs, state=self._action_queue)  # type: ignore[arg-type]
+        # No queues yet (a new learn(), or a loaded model): every env starts a chunk, a fresh start for predict.
+        fresh_start = np.ones(n_envs, dtype=bool) if self._action_queue is None else None
+        actions, self._action_queue = self.policy.predict(
+            self._last_obs,  # type: ignore[arg-type]
+            state=self._action_queue,
+            episode_start=fresh_start,
+        )
         return actions, self.policy.scale_action(actions)
 
     def _store_transition(

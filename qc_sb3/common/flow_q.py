@@ -150,17 +150,19 @@ class FlowQPolicy(ChunkPolicy):
         return actions[:, 0, :]
 
     @abstractmethod
-    def sample_actions(self, features: th.Tensor) -> th.Tensor:
+    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
         """
         The policy's action for each state (best-of-N for QC, the one-step actor for QC-FQL), in [-1, 1];
-        used to act and for the TD target.
+        used to act and for the TD target (always sampled there).
 
         :param features: State features, shape (B, features_dim)
+        :param deterministic: Use the policy's fixed noise instead of fresh noise (a deterministic function of the
+            state)
         :return: Flat chunks of shape (B, flat_action_dim)
         """
 
-    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
-        return self.sample_actions(self.features(observation))
+    def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        return self.sample_actions(self.features(observation), deterministic=deterministic)
 
     def set_training_mode(self, mode: bool) -> None:
         self.flow.train(mode)

@@ -24,10 +24,11 @@ class ChunkDiscountReplayBuffer(ReplayBuffer):
 
     Usage::
 
-        env = ChunkedActionWrapper(gym.make("Pendulum-v1"), chunk_size=5, gamma=0.99)
-        model = SAC("MlpPolicy", env, replay_buffer_class=ChunkDiscountReplayBuffer)
+        env = ChunkedActionWrapper(Monitor(gym.make("Pendulum-v1")), chunk_size=5, gamma=0.99)
+        model = SAC("MlpPolicy", env, replay_buffer_class=ChunkDiscountReplayBuffer, gamma=0.99)
 
-    The wrapper's ``gamma`` sets the discount; the algorithm's own ``gamma`` is not used for the critic target.
+    The wrapper's ``gamma`` sets the discount; the algorithm's own ``gamma`` is not used for the critic target
+    (the wrapper warns when the two differ).
 
     :param buffer_size: Max number of element in the buffer
     :param observation_space: Observation space (Dict observation spaces are not supported)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from abc import abstractmethod
 from typing import Any
 
@@ -40,8 +41,18 @@ class ChunkPolicy(BasePolicy):
     ``predict`` keeps one action queue per env in its recurrent ``state``: when an env's queue is empty it asks
     :meth:`_predict_chunk` for a chunk, then pops one primitive action per call; ``episode_start`` clears the
     queue. SB3's ``evaluate_policy`` and any loop that passes state and episode starts thus execute the chunks
-    open-loop with no special code. ``deterministic`` is accepted for SB3 compatibility and ignored: as in the
-    reference, acting and evaluating sample from the same stochastic policy.
+    open-loop with no special code.
+
+    A loop that drops the state (``action, _ = model.predict(obs)``) re-plans at every step: each call samples a
+    chunk and executes only its first action, a closed-loop policy at h times the compute. Since that loop is the
+    one in SB3's docs, the policy warns (once per policy) the second time in a row it is called with
+    ``state=None`` (and not ``episode_start`` True for every env, a fresh start) while ``act_chunk_size > 1``; pass
+    the returned state back, with ``episode_start``, as for recurrent policies.
+
+    ``deterministic=False`` (SB3's default for ``predict``, what the algorithm acts with and what the reference
+    evaluates with) samples the stochastic policy. ``deterministic=True`` (the default of SB3's ``evaluate_policy``
+    and ``EvalCallback``) gives a deterministic function of the observation: each policy says which in
+    :meth:`_predict_chunk`.
 
     :param observation_space: Observation space (a Box)
     :param action_space: Primitive action space (a Box)
@@ -74,6 +85,9 @@ class ChunkPolicy(BasePolicy):
         self.chunk_size = chunk_size
         self.action_chunking = action_chunking
         self.primitive_action_dim = int(np.prod(action_space.shape))
+        # Whether the last predict() call got state=None, and whether the re-planning warning was given.
+        self._last_predict_without_state = False
+        self._warned_predict_without_state = False
 
     @property
     def act_chunk_size(self) -> int:
@@ -100,28 +114,30 @@ class ChunkPolicy(BasePolicy):
         return self.extract_features(observations, self.features_extractor)  # type: ignore[return-value]
 
     @abstractmethod
-    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
+    def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         """
-        Sample one flat chunk per observation, in the [-1, 1] scale.
+        One flat chunk per observation, in the [-1, 1] scale.
 
         :param observation: Preprocessed observations, shape (B, *obs_shape)
+        :param deterministic: Return a deterministic function of the observation instead of a sample
         :return: Chunks of shape (B, act_chunk_size * A), time-major
         """
 
     def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
-        return self._predict_chunk(observation)
+        return self._predict_chunk(observation, deterministic=deterministic)
 
-    def predict_chunk(self, observation: np.ndarray) -> np.ndarray:
+    def predict_chunk(self, observation: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """
-        Sample one chunk per observation, in the env's action scale.
+        One chunk per observation, in the env's action scale.
 
         :param observation: One observation, or a batch of n_envs observations
+        :param deterministic: Return the policy's deterministic chunk instead of a sample
         :return: Chunks of shape (n_envs, act_chunk_size, *action_shape)
         """
         self.set_training_mode(False)
         observation_tensor, _ = self.obs_to_tensor(observation)
         with th.no_grad():
-            chunks = self._predict_chunk(observation_tensor).cpu().numpy()
+            chunks = self._predict_chunk(observation_tensor, deterministic=deterministic).cpu().numpy()
         chunks = chunks.reshape(len(chunks), self.act_chunk_size, *self.action_space.shape)
         return self.unscale_action(chunks)
 
@@ -138,9 +154,10 @@ class ChunkPolicy(BasePolicy):
         :param observation: One observation, or a batch of n_envs observations
         :param state: The queues returned by the previous call (None: all queues empty)
         :param episode_start: Per env, whether an episode starts at this observation (clears its queue)
-        :param deterministic: Ignored: the reference acts with the same stochastic policy at evaluation
+        :param deterministic: Refill queues with the policy's deterministic chunk instead of a sample
         :return: One primitive action per env in the env's scale, and the updated queues
         """
+        self._warn_if_state_is_dropped(state, episode_start)
         self.set_training_mode(False)
         observation_tensor, vectorized_env = self.obs_to_tensor(observation)
         n_envs = observation_tensor.shape[0]
@@ -150,7 +167,9 @@ class ChunkPolicy(BasePolicy):
         empty = next_index >= self.act_chunk_size
         if empty.any():
             with th.no_grad():
-                new_chunks = self._predict_chunk(observation_tensor[th.as_tensor(empty, device=self.device)])
+                new_chunks = self._predict_chunk(
+                    observation_tensor[th.as_tensor(empty, device=self.device)], deterministic=deterministic
+                )
             chunks[empty] = new_chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
             next_index[empty] = 0
         scaled_actions = chunks[np.arange(n_envs), next_index]
@@ -160,6 +179,27 @@ class ChunkPolicy(BasePolicy):
         if not vectorized_env:
             actions = actions.squeeze(axis=0)
         return actions, (chunks, next_index)
+
+    def _warn_if_state_is_dropped(self, state: ActionQueueState | None, episode_start: np.ndarray | None) -> None:
+        """
+        Warn, once, at the second call in a row without state: the caller then executes one action per chunk. A call
+        whose ``episode_start`` is True for every env starts afresh (as ``evaluate_policy``'s first call): it is not
+        counted.
+        """
+        without_state = state is None and (episode_start is None or not np.all(episode_start))
+        dropped = without_state and self._last_predict_without_state and self.act_chunk_size > 1
+        if dropped and not self._warned_predict_without_state:
+            warnings.warn(
+                f"predict() was called twice in a row with state=None: each call samples a new chunk of "
+                f"{self.act_chunk_size} actions and only its first action is executed, which re-plans at every "
+                "step (a closed-loop policy at h times the compute). Pass the returned state back, as for "
+                "recurrent policies: `action, state = model.predict(obs, state=state, episode_start=episode_start)`, "
+                "episode_start being True at the first observation of each episode.",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_predict_without_state = True
+        self._last_predict_without_state = without_state
 
     def _queues_for(self, state: ActionQueueState | None, n_envs: int) -> ActionQueueState:
         """Copies of the given queues (so a caller's state is never modified), or n_envs empty queues."""

@@ -1,11 +1,17 @@
 """ChunkedActionWrapper: any Gymnasium env with a Box action space -> a macro-action env over chunks of h actions."""
 
+import sys
+import time
+import warnings
 from numbers import Integral, Real
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 
 
 class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -24,10 +30,25 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     - ``chunk_discount``: ``gamma ** chunk_steps``, the discount to bootstrap the macro-transition with,
     - ``chunk_rewards``: the raw primitive rewards, one per executed step.
 
+    At the end of an episode the info also holds ``episode``: ``{"r": undiscounted sum of the primitive rewards,
+    "l": number of primitive steps, "t": seconds since the wrapper was built}``, as SB3's ``Monitor`` writes it
+    (or the one a ``Monitor`` inside this wrapper wrote, kept as is).
+
+    Episode statistics: SB3 reads ``info["episode"]`` from the outermost ``Monitor``, and a ``Monitor`` outside
+    this wrapper (the one SB3 adds to an env that has none) overwrites it with sums of discounted chunk rewards
+    over macro steps, which ``rollout/ep_rew_mean``, ``rollout/ep_len_mean`` and ``evaluate_policy`` then report.
+    Put the ``Monitor`` inside: ``ChunkedActionWrapper(Monitor(env), h)``, or
+    ``make_vec_env(env_id, wrapper_class=ChunkedActionWrapper, wrapper_kwargs={"chunk_size": h})``. The wrapper
+    warns when it sees its ``info["episode"]`` replaced by a gym wrapper outside it; a ``VecMonitor`` writes into
+    a copy of the info, so that one it cannot see.
+
     To train SB3 off-policy algorithms (SAC, TD3, TQC, CrossQ) with the correct bootstrap discount, use
-    :class:`~qc_sb3.common.macro_buffer.ChunkDiscountReplayBuffer`. Episode statistics of a ``Monitor`` placed
-    outside this wrapper are sums of discounted chunk rewards and count macro steps: wrap the primitive env in
-    ``Monitor`` first (``ChunkedActionWrapper(Monitor(env), h)``) to log true returns and lengths.
+    :class:`~qc_sb3.common.macro_buffer.ChunkDiscountReplayBuffer`: it bootstraps with this wrapper's
+    ``gamma ** chunk_steps``, and the algorithm's own ``gamma`` is then unused. The wrapper cannot see the
+    algorithm that drives it, but SB3 resets the env inside ``learn()``: at a reset, the wrapper looks up the call
+    stack for an SB3 ``OffPolicyAlgorithm`` and warns once if its replay buffer is not a
+    ``ChunkDiscountReplayBuffer`` or its ``gamma`` differs from the wrapper's. The check runs where the env steps
+    in the learner's process (a ``DummyVecEnv``), not inside ``SubprocVecEnv`` workers.
 
     :param env: Environment to wrap; its action space must be a ``gymnasium.spaces.Box``
     :param chunk_size: Number of primitive actions per macro-action (h >= 1)
@@ -58,6 +79,21 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             shape=self._flat_shape,
             dtype=self.primitive_action_space.dtype,  # type: ignore[arg-type]
         )
+        self._start_time = time.time()
+        self._episode_rewards: list[float] = []
+        # The info of the last episode end and the ``episode`` entry it held when returned, to notice an outer
+        # wrapper that replaces it.
+        self._episode_end_infos: list[tuple[dict[str, Any], Any]] = []
+        self._warned_episode_replaced = False
+        self._algorithm_checked = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset the wrapped env and the episode statistics; check the setup around the wrapper (see the class)."""
+        self._warn_if_episode_statistics_replaced()
+        if not self._algorithm_checked:
+            self._check_driving_algorithm()
+        self._episode_rewards = []
+        return self.env.reset(seed=seed, options=options)
 
     def step(self, action: np.ndarray) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """
@@ -80,6 +116,7 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             rewards.append(float(reward))
             if terminated or truncated:
                 break
+        self._episode_rewards.extend(rewards)
 
         chunk_rewards = np.asarray(rewards, dtype=np.float64)
         chunk_steps = len(rewards)
@@ -90,4 +127,69 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         # Bootstrap discount of the macro-transition: gamma^k for the k executed steps
         info["chunk_discount"] = self.gamma**chunk_steps
         info["chunk_rewards"] = chunk_rewards
+        if terminated or truncated:
+            self._end_episode(info)
         return observation, chunk_return, bool(terminated), bool(truncated), info
+
+    def _end_episode(self, info: dict[str, Any]) -> None:
+        """Report the primitive episode statistics in ``info["episode"]``, unless a Monitor inside already did."""
+        # A VecMonitor writes after the VecEnv has reset this env: the previous episode's info shows it by now.
+        self._warn_if_episode_statistics_replaced()
+        if "episode" not in info:
+            info["episode"] = {
+                "r": round(float(np.sum(self._episode_rewards)), 6),
+                "l": len(self._episode_rewards),
+                "t": round(time.time() - self._start_time, 6),
+            }
+        self._episode_end_infos = [*self._episode_end_infos[-1:], (info, info["episode"])]
+
+    def _warn_if_episode_statistics_replaced(self) -> None:
+        """Warn once if a wrapper outside (a Monitor) replaced the ``info["episode"]`` this wrapper returned."""
+        replaced = any(info.get("episode") is not episode for info, episode in self._episode_end_infos)
+        if replaced and not self._warned_episode_replaced:
+            warnings.warn(
+                "a wrapper outside ChunkedActionWrapper (e.g. SB3's Monitor, which SB3 adds to an env that has none) "
+                "replaced info['episode']: its episode statistics (rollout/ep_rew_mean, rollout/ep_len_mean, "
+                "evaluate_policy) are sums of discounted chunk rewards over macro steps. Put the Monitor inside: "
+                "ChunkedActionWrapper(Monitor(env), chunk_size), or make_vec_env(env_id, "
+                "wrapper_class=ChunkedActionWrapper, wrapper_kwargs={'chunk_size': ...}).",
+                UserWarning,
+                stacklevel=3,
+            )
+            self._warned_episode_replaced = True
+
+    def _check_driving_algorithm(self) -> None:
+        """Warn if the SB3 off-policy algorithm resetting this env ignores the chunk discount (see the class)."""
+        algorithm = _off_policy_algorithm_on_call_stack()
+        if algorithm is None or getattr(algorithm, "replay_buffer", None) is None:
+            return
+        self._algorithm_checked = True
+        name = type(algorithm).__name__
+        if not isinstance(algorithm.replay_buffer, ChunkDiscountReplayBuffer):
+            warnings.warn(
+                f"{name} trains on ChunkedActionWrapper with a {type(algorithm.replay_buffer).__name__}: it bootstraps "
+                f"every macro-transition with gamma={algorithm.gamma} whatever the number of primitive steps it "
+                "spans (the right discount is gamma ** chunk_steps). Pass "
+                "replay_buffer_class=ChunkDiscountReplayBuffer.",
+                UserWarning,
+                stacklevel=3,
+            )
+        elif algorithm.gamma != self.gamma:
+            warnings.warn(
+                f"{name} has gamma={algorithm.gamma} but its ChunkedActionWrapper has gamma={self.gamma}: "
+                f"ChunkDiscountReplayBuffer bootstraps with the wrapper's gamma ** chunk_steps and the wrapper sums "
+                f"rewards with it, so {name}'s gamma is unused. Give both the same value.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
+def _off_policy_algorithm_on_call_stack() -> OffPolicyAlgorithm | None:
+    """The innermost SB3 off-policy algorithm whose method is running further up the call stack, if any."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, OffPolicyAlgorithm):
+            return candidate
+        frame = frame.f_back
+    return None

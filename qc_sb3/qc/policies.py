@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch as th
@@ -13,23 +14,53 @@ from qc_sb3.common.networks import best_of_n_actions
 class QCPolicy(FlowQPolicy):
     """
     Policy of QC (and BFN, BFN-n): draw ``actor_num_samples`` chunks from the flow BC policy, score each with the
-    ONLINE critic aggregated over the ensemble (``q_agg``), return the argmax. Used to act, to evaluate and for the
-    TD-target action; stochastic at evaluation too, as in the reference.
+    ONLINE critic aggregated over the ensemble (``q_agg``), return the argmax. Used to act and for the TD-target
+    action, from fresh noise each call, as in the reference (which evaluates this stochastic policy too).
+
+    With ``deterministic=True`` the N chunks start from a fixed set of N flow noises instead, drawn once when the
+    policy is built (from the global torch generator, which the algorithm's ``seed`` sets, without advancing it)
+    and kept in the buffer ``deterministic_noise``: it is saved and loaded with the policy, so the same observation
+    gives the same chunk across calls and across save/load.
 
     :param actor_num_samples: Number N of flow samples per decision
 
     The other parameters are those of :class:`~qc_sb3.common.flow_q.FlowQPolicy`.
     """
 
+    deterministic_noise: th.Tensor
+
     def __init__(self, *args: Any, actor_num_samples: int = 32, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.actor_num_samples = actor_num_samples
+        # Drawn in a fork of the generator's state, so the networks' initialisation and every later draw are
+        # the same as without it.
+        with th.random.fork_rng(devices=[]):
+            noise = th.randn(actor_num_samples, self.flat_action_dim)
+        self.register_buffer("deterministic_noise", noise)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A model saved before the noise was kept has none: keep the one drawn when this policy was built.
+        key = f"{prefix}deterministic_noise"
+        if key not in state_dict:
+            warnings.warn(
+                "the saved QC policy has no deterministic_noise (saved by an older qc_sb3): deterministic=True uses "
+                "the noise drawn when this policy was built, which the save does not fix",
+                UserWarning,
+                stacklevel=2,
+            )
+            state_dict[key] = self.deterministic_noise
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "actor_num_samples": self.actor_num_samples}
 
-    def sample_actions(self, features: th.Tensor) -> th.Tensor:
-        return best_of_n_actions(self.flow, self.critic, features, self.actor_num_samples, self.flow_steps, self.q_agg)
+    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        noise = None
+        if deterministic:
+            noise = self.deterministic_noise.to(features.dtype).expand(features.shape[0], -1, -1)
+        return best_of_n_actions(
+            self.flow, self.critic, features, self.actor_num_samples, self.flow_steps, self.q_agg, noise=noise
+        )
 
 
 MlpPolicy = QCPolicy

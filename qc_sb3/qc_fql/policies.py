@@ -15,7 +15,8 @@ from qc_sb3.common.networks import OneStepActor
 class QCFQLPolicy(FlowQPolicy):
     """
     Policy of QC-FQL (and FQL, FQL-n): a one-step actor ``mu(s, z)`` (no LayerNorm, no tanh) that maps a noise
-    z ~ N(0, I) to a chunk in one forward pass, clipped to [-1, 1] when acting and for the TD target.
+    z ~ N(0, I) to a chunk in one forward pass, clipped to [-1, 1] when acting and for the TD target. With
+    ``deterministic=True`` the chunk is the actor's at z = 0 (the mode of the noise), clipped the same way.
 
     The parameters are those of :class:`~qc_sb3.common.flow_q.FlowQPolicy`.
     """
@@ -30,8 +31,9 @@ class QCFQLPolicy(FlowQPolicy):
     def optimizers(self) -> list[th.optim.Optimizer]:
         return [*super().optimizers, self.actor.optimizer]
 
-    def sample_actions(self, features: th.Tensor) -> th.Tensor:
-        noise = th.randn(features.shape[0], self.flat_action_dim, device=features.device)
+    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        shape = (features.shape[0], self.flat_action_dim)
+        noise = features.new_zeros(shape) if deterministic else th.randn(shape, device=features.device)
         return self.actor(features, noise).clamp(-1.0, 1.0)
 
     def set_training_mode(self, mode: bool) -> None:

@@ -42,6 +42,7 @@ class RLPDPolicy(ChunkPolicy):
     (:class:`~qc_sb3.rlpd.actor.RLPDActor`) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K
     members over ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
     own Adam optimizer, which is the reference's single Adam over all parameters, since Adam is per parameter.
+    With ``deterministic=True`` the policy acts with the squashed mean ``tanh(mu(s))``, as SAC does.
 
     :param observation_space: Observation space
     :param action_space: Primitive action space
@@ -162,7 +163,9 @@ class RLPDPolicy(ChunkPolicy):
         actions = distribution.sample()
         return actions, distribution.log_prob(actions, distribution.gaussian_actions)
 
-    def _predict_chunk(self, observation: th.Tensor) -> th.Tensor:
+    def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        if deterministic:
+            return self.actor(observation, deterministic=True)  # tanh(mean), as SAC
         return self.sample_actions(observation)[0]
 
     def set_training_mode(self, mode: bool) -> None:
