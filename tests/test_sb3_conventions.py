@@ -41,7 +41,9 @@ class StepRecorder(BaseCallback):
 def count_chunk_requests(model) -> list[int]:
     calls: list[int] = []
     predict_chunk = model.policy._predict_chunk
-    model.policy._predict_chunk = lambda observation: calls.append(len(observation)) or predict_chunk(observation)
+    model.policy._predict_chunk = lambda observation, **kwargs: (
+        calls.append(len(observation)) or predict_chunk(observation, **kwargs)
+    )
     return calls
 
 
@@ -246,9 +248,7 @@ def test_offline_source_records_name_what_can_be_read_again(minari_root, tmp_pat
     assert offline_source_record("drift/expert-v0") == {"kind": "minari_id", "id": "drift/expert-v0"}
     assert offline_source_record(folder) == {"kind": "minari_folder", "path": str(folder.resolve())}
     assert offline_source_record(dataset) == {"kind": "minari_folder", "path": str((folder / "data").resolve())}
-    assert offline_source_record(minari.MinariDataset(dataset.storage, episode_indices=np.array([1]))) == {
-        "kind": "in_memory"
-    }
+    assert offline_source_record(minari.MinariDataset(dataset.storage, episode_indices=np.array([1]))) == {"kind": "in_memory"}
     assert offline_source_record(offline_arrays()) == {"kind": "in_memory"}
     assert offline_source_record(OfflineShards(["drift/expert-v0", offline_arrays()])) == {"kind": "in_memory"}
     shards = OfflineShards(["drift/expert-v0", str(folder)], swap_interval=7)
