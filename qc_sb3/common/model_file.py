@@ -72,9 +72,7 @@ def _algorithms_of_policy(policy_class: Any, candidates: list[type[BaseAlgorithm
     if not isinstance(policy_class, type):
         return []
     return [
-        candidate.__name__
-        for candidate in candidates
-        if issubclass(policy_class, tuple(candidate.policy_aliases.values()))
+        candidate.__name__ for candidate in candidates if issubclass(policy_class, tuple(candidate.policy_aliases.values()))
     ]
 
 
