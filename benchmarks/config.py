@@ -7,7 +7,7 @@ Schema (every section but ``tasks`` and ``methods`` is optional)::
     tasks: [cube-single-play-singletask-task2-v0]
     methods: [QC, QC-FQL]                 # or a mapping: {QC: {actor_num_samples: 8}, QC-FQL: null}
     seeds: 4                              # a count or a list; default per suite (OGBench 4, robomimic 5)
-    protocol:                             # defaults: the paper's (spec §5)
+    protocol:                             # defaults: the paper's (docs/algorithms.md §5)
       offline_steps: 1000000              # offline gradient steps (methods with an offline phase)
       online_steps: 1000000               # online env steps
       eval_interval: 100000               # must divide both
@@ -126,7 +126,7 @@ HYPERPARAMETER_RANGES: dict[str, Range] = {
 @dataclass(frozen=True)
 class Protocol:
     """
-    The offline-to-online protocol of every run (spec §5).
+    The offline-to-online protocol of every run (docs/algorithms.md §5).
 
     :param offline_steps: Offline gradient steps (methods without an offline phase skip them)
     :param online_steps: Online env steps
@@ -441,9 +441,9 @@ def resolve_hyperparameters(
     method = get_method(method_name)
     defaults = method.constructor_defaults()
     settings = merge(defaults, method.paper_settings(domain))
-    # spec §5: the buffer holds every online step (the offline data sits in its own segment on top).
+    # docs/algorithms.md §5: the buffer holds every online step (the offline data sits in its own segment on top).
     settings["buffer_size"] = max(config.protocol.online_steps, 1)
-    # spec §6: the offline rewards are made sparse exactly where the env's are.
+    # docs/algorithms.md §6: the offline rewards are made sparse exactly where the env's are.
     settings["offline_sparse_rewards"] = bool(env_kwargs.get("sparse", False))
     return merge(settings, {key: value for key, value in config.hyperparameters.items() if key in defaults})
 

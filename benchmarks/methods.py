@@ -1,4 +1,4 @@
-"""The methods a config may name, and the paper's hyperparameters for each method and domain (spec §4, §5).
+"""The methods a config may name, and the paper's hyperparameters for each method and domain (docs/algorithms.md §4, §5).
 
 Everything the paper keeps fixed across methods (batch 256, 4 x 512 networks, Adam 3e-4, K, T, tau, gamma, updates
 from 5000 online steps on, ...) is the algorithms' constructor defaults, so a method only states how it differs:
@@ -22,7 +22,8 @@ from gymnasium import spaces
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
-# spec §4: N of best-of-N for QC (32; puzzle-3x3 64; robomimic 16); cube-single is not in the paper: cube-double's.
+# docs/algorithms.md §4: N of best-of-N for QC (32; puzzle-3x3 64; robomimic 16).
+# cube-single is not in the paper: it takes cube-double's.
 QC_NUM_SAMPLES: dict[str, int] = {
     "cube-single": 32,
     "cube-double": 32,
@@ -32,9 +33,10 @@ QC_NUM_SAMPLES: dict[str, int] = {
     "puzzle-3x3": 64,
     "robomimic": 16,
 }
-# spec §4: BFN and BFN-n sample N = 4 in every domain.
+# docs/algorithms.md §4: BFN and BFN-n sample N = 4 in every domain.
 BFN_NUM_SAMPLES = 4
-# spec §4: alpha of QC-FQL (scene, puzzle-3x3, cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000).
+# docs/algorithms.md §4: alpha of QC-FQL
+# (scene, puzzle-3x3, cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000).
 QC_FQL_ALPHA: dict[str, float] = {
     "cube-single": 300.0,
     "cube-double": 300.0,
@@ -44,7 +46,7 @@ QC_FQL_ALPHA: dict[str, float] = {
     "puzzle-3x3": 300.0,
     "robomimic": 10000.0,
 }
-# spec §4: alpha of FQL (300; puzzle-3x3 100; robomimic 10000).
+# docs/algorithms.md §4: alpha of FQL (300; puzzle-3x3 100; robomimic 10000).
 FQL_ALPHA: dict[str, float] = {
     "cube-single": 300.0,
     "cube-double": 300.0,
@@ -54,7 +56,7 @@ FQL_ALPHA: dict[str, float] = {
     "puzzle-3x3": 100.0,
     "robomimic": 10000.0,
 }
-# spec §4: alpha of FQL-n (100; robomimic 10000).
+# docs/algorithms.md §4: alpha of FQL-n (100; robomimic 10000).
 FQL_N_ALPHA: dict[str, float] = {
     "cube-single": 100.0,
     "cube-double": 100.0,

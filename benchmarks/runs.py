@@ -1,4 +1,4 @@
-"""One run of the protocol (spec §5), resumable: offline phase, then online phase, evaluated and checkpointed.
+"""One run of the protocol (docs/algorithms.md §5), resumable: offline phase, then online phase, evaluated and checkpointed.
 
 A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 

@@ -22,7 +22,7 @@ from benchmarks.datasets import cached, file_fingerprint
 from benchmarks.tasks import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec, expand_path
 from envs.minari_root import minari_root
 
-# spec §5: seeds per task in the paper.
+# docs/algorithms.md §5: seeds per task in the paper.
 OGBENCH_SEEDS = 4
 ROBOMIMIC_SEEDS = 5
 # The reference's dataset_replace_interval for sharded datasets.
@@ -82,7 +82,7 @@ def builtin_tasks() -> list[TaskSpec]:
                     suite="ogbench",
                     domain=family,
                     make_env=functools.partial(_make_ogbench_env, name),
-                    # spec §6: the paper's episode limits, sparse rewards for scene and puzzle-3x3.
+                    # docs/algorithms.md §6: the paper's episode limits, sparse rewards for scene and puzzle-3x3.
                     env_kwargs={"sparse": family in SPARSE_BY_DEFAULT, "max_episode_steps": EPISODE_LIMITS[family]},
                     dataset=f"{family}-play-v0",
                 )

@@ -1,6 +1,6 @@
 """An independent NumPy (float64, explicit loops) version of the reference networks and samplers, for tests.
 
-It reads the weights out of the torch modules and recomputes spec/algorithms.md §2-§3 one member, one sample at
+It reads the weights out of the torch modules and recomputes docs/algorithms.md §2-§3 one member, one sample at
 a time, so tests compare the library's batched torch code against plain formulas.
 """
 
@@ -19,7 +19,7 @@ def numpy_of(tensor: th.Tensor) -> np.ndarray:
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """spec §2: GELU with the tanh approximation, written out."""
+    """docs/algorithms.md §2: GELU with the tanh approximation, written out."""
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
@@ -70,7 +70,7 @@ def actor_action(actor: OneStepActor, observation: np.ndarray, noise: np.ndarray
 
 
 def euler_sample(flow: FlowVectorField, observation: np.ndarray, noise: np.ndarray, flow_steps: int) -> np.ndarray:
-    """spec §3: a = z; a += f(s, a, i/T) / T for i < T; clip once at the end."""
+    """docs/algorithms.md §3: a = z; a += f(s, a, i/T) / T for i < T; clip once at the end."""
     a = noise.copy()
     for i in range(flow_steps):
         a = a + flow_velocity(flow, observation, a, i / flow_steps) / flow_steps
@@ -80,7 +80,7 @@ def euler_sample(flow: FlowVectorField, observation: np.ndarray, noise: np.ndarr
 def best_of_n(
     flow: FlowVectorField, critic: CriticEnsemble, observation: np.ndarray, noises: np.ndarray, flow_steps: int, q_agg: str
 ) -> np.ndarray:
-    """spec §3: the candidate with the highest ensemble-aggregated online Q."""
+    """docs/algorithms.md §3: the candidate with the highest ensemble-aggregated online Q."""
     candidates = [euler_sample(flow, observation, noise, flow_steps) for noise in noises]
     aggregate = np.mean if q_agg == "mean" else np.min
     scores = [aggregate(critic_values(critic, observation, candidate)) for candidate in candidates]

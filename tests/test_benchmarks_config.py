@@ -154,7 +154,7 @@ def paper_run(task: str, method: str):
     return plan_runs(config, "out")
 
 
-# Expected values written from spec/algorithms.md §4-§6 (the paper's table), not from the code.
+# Expected values written from docs/algorithms.md §4-§6 (the paper's table), not from the code.
 @pytest.mark.parametrize(
     ("task", "method", "expected", "env_kwargs", "n_seeds"),
     [
@@ -220,7 +220,7 @@ def test_paper_settings_are_built_in(task, method, expected, env_kwargs, n_seeds
         assert run.hyperparameters[key] == value, key
     for key, value in env_kwargs.items():
         assert run.env_kwargs[key] == value, key
-    # spec §3, §5: shared by every method: batch 256, Adam 3e-4, tau 0.005, gamma 0.99, 4 x 512 (the policies'
+    # docs/algorithms.md §3, §5: shared by every method: batch 256, Adam 3e-4, tau 0.005, gamma 0.99, 4 x 512 (the policies'
     # default when policy_kwargs is None), updates from 5000 online steps, the buffer holds every online step.
     hyperparameters = run.hyperparameters
     assert hyperparameters["batch_size"] == 256 and hyperparameters["learning_rate"] == 3e-4
@@ -235,7 +235,7 @@ def test_paper_settings_are_built_in(task, method, expected, env_kwargs, n_seeds
         100_000,
         50,
     )
-    # spec §4: the RLPD family has no offline phase.
+    # docs/algorithms.md §4: the RLPD family has no offline phase.
     assert run.offline_steps == (0 if method in ("RLPD", "RLPD-AC", "QC-RLPD") else 1_000_000)
     if method in ("QC", "BFN", "BFN-n", "QC-FQL", "FQL", "FQL-n"):
         assert hyperparameters["flow_steps"] == 10 and hyperparameters["n_critics"] == 2 and hyperparameters["q_agg"] == "mean"

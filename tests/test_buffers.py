@@ -1,4 +1,4 @@
-"""ChunkReplayBuffer against a brute-force, per-sample computation of spec/algorithms.md §1."""
+"""ChunkReplayBuffer against a brute-force, per-sample computation of docs/algorithms.md §1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Networks (spec §2) and flow samplers (spec §3) against hand-written forward passes, integrals and brute-force argmaxes."""
+"""Networks and flow samplers (docs/algorithms.md §2, §3) against hand-written forward passes, integrals and brute-force
+argmaxes."""
 
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ def test_default_architectures() -> None:
         (2, 512, 512),
         (2, 512, 1),
     ]
-    assert critic.net.norm_weights is not None  # the critic has LayerNorm by default (spec §2)
+    assert critic.net.norm_weights is not None  # the critic has LayerNorm by default (docs/algorithms.md §2)
     flow = FlowVectorField(10, 15)
     assert flow.action_dim == 15
     assert [(lin.in_features, lin.out_features) for lin in flow.mlp.linears] == [

@@ -1,4 +1,4 @@
-"""Sharded offline datasets (spec §5, the reference's dataset rotation) and sparse offline rewards (spec §6)."""
+"""Sharded offline datasets (the reference's dataset rotation) and sparse offline rewards (docs/algorithms.md §5, §6)."""
 
 from __future__ import annotations
 

@@ -88,8 +88,9 @@ def test_matches_ogbench_single_task_loader_element_for_element(npz_files):
 
 
 def test_terminations_inside_trajectories_follow_ogbench_masks(npz_files, tmp_path):
-    # Play data passes through solved states without stopping (spec §6): put rows 5..8 of the first trajectory and
-    # the last transition of the second in the task's solved state, so OGBench's relabelling sets their masks to 0.
+    # Play data passes through solved states without stopping (docs/algorithms.md §6): put rows 5..8 of the first
+    # trajectory and the last transition of the second in the task's solved state, so OGBench's relabelling sets their masks to
+    # 0.
     task = "puzzle-3x3-play-singletask-task1-v0"
     target = np.array([1, 1, 0, 1, 0, 1, 0, 1, 1])  # OGBench's puzzle-3x3 task1 goal (PuzzleEnv.set_tasks)
     with np.load(npz_files["puzzle-3x3"]) as file:

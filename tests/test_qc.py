@@ -91,7 +91,7 @@ def perturb_target(model) -> None:
 
 
 def hand_losses(model, batch, draws: dict[str, np.ndarray]) -> dict[str, float]:
-    """spec §3 for one batch, sample by sample, with the noises the library drew (replayed from the same seed)."""
+    """docs/algorithms.md §3 for one batch, sample by sample, with the noises the library drew (replayed from the seed)."""
     policy = model.policy
     h, gamma = model.chunk_size, model.gamma
     obs, next_obs = numpy_of(batch.observations), numpy_of(batch.next_observations)
@@ -236,7 +236,7 @@ def test_target_critic_moves_only_by_polyak_of_pre_step_weights():
     target_before = copy.deepcopy(model.policy.critic_target.state_dict())
     model.train(gradient_steps=1, batch_size=8)
     for name, target_after in model.policy.critic_target.state_dict().items():
-        # spec §3: theta_target <- tau * theta (before the step) + (1 - tau) * theta_target
+        # docs/algorithms.md §3: theta_target <- tau * theta (before the step) + (1 - tau) * theta_target
         th.testing.assert_close(target_after, 0.1 * critic_before[name] + 0.9 * target_before[name])
     changed = [not th.equal(model.policy.critic.state_dict()[name], critic_before[name]) for name in critic_before]
     assert any(changed), "the online critic should have taken a gradient step"

@@ -48,7 +48,7 @@ def make_model(**kwargs) -> RLPD:
 
 
 def critic_values(critic, observation: np.ndarray, action: np.ndarray) -> np.ndarray:
-    """spec §4: Q_k(s, a) per member k, each hidden layer Linear -> LayerNorm -> ReLU; shape (K,)."""
+    """docs/algorithms.md §4: Q_k(s, a) per member k, each hidden layer Linear -> LayerNorm -> ReLU; shape (K,)."""
     assert critic.norm_weights[0].shape[0] == critic.n_critics
     x = np.concatenate([observation, action])
     values = []
@@ -85,7 +85,7 @@ def squashed_log_prob(mean: np.ndarray, log_std: np.ndarray, u: np.ndarray) -> f
 
 
 def hand_losses(model: RLPD, batch, target_noise: np.ndarray, actor_noise: np.ndarray) -> dict[str, float]:
-    """spec §4 for one batch, sample by sample, with the noises the library drew (replayed from the same seed)."""
+    """docs/algorithms.md §4 for one batch, sample by sample, with the noises the library drew (replayed from the seed)."""
     policy = model.policy
     h, gamma, alpha = model.chunk_size, model.gamma, float(policy.temperature().item())
     obs, next_obs = numpy_of(batch.observations), numpy_of(batch.next_observations)

@@ -15,7 +15,7 @@ from qc_sb3.zoo import ZOO_ALGORITHMS, hyperparams_file, register
 from qc_sb3.zoo.__main__ import zoo_arguments
 
 REPOSITORY = Path(__file__).parents[1]
-# The paper's tasks (spec §4, §6): OGBench's single-task ids and robomimic's, with their domain.
+# The paper's tasks (docs/algorithms.md §4, §6): OGBench's single-task ids and robomimic's, with their domain.
 OGBENCH_DOMAINS = ("scene", "puzzle-3x3", "cube-double", "cube-triple", "cube-quadruple")
 PAPER_ENVS = {
     **{

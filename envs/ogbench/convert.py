@@ -1,8 +1,8 @@
 """
 Convert an OGBench npz dataset (official or generated) into a single-task Minari dataset.
 
-Rewards and masks are OGBench's single-task relabelling (``ogbench.relabel_utils.relabel_dataset``, spec §6), on the
-rows ``ogbench.utils.load_dataset(..., compact_dataset=False)`` keeps: every row but each trajectory's last, whose
+Rewards and masks are OGBench's single-task relabelling (``ogbench.relabel_utils.relabel_dataset``, docs/algorithms.md §6), on
+the rows ``ogbench.utils.load_dataset(..., compact_dataset=False)`` keeps: every row but each trajectory's last, whose
 successor is the next row. One Minari episode per npz trajectory (its end is OGBench's ``terminals``); trajectories do
 not stop at success, so ``terminations`` (``1 - masks``) may be set before an episode's last step; the last step is
 truncated unless terminated. The dataset stores the single-task env's spec, so ``recover_environment()`` rebuilds it.
@@ -400,7 +400,7 @@ def _episode_buffers(arrays: dict[str, np.ndarray], rewards: np.ndarray, masks: 
 def _publish(staging: Path, root: Path, dataset_ids: list[str], overwrite: bool) -> None:
     """
     Move complete datasets from the staging root into the real root, each replacing an existing one only if
-    ``overwrite`` (data.md: a failed create leaves a half-made folder behind, so nothing is created in place).
+    ``overwrite`` (docs/design.md: a failed create leaves a half-made folder behind, so nothing is created in place).
 
     :param staging: The staging root the datasets were created in
     :param root: The real Minari root

@@ -2,7 +2,7 @@
 One OGBench "play" episode from the scripted plan oracles shipped in ogbench.
 
 This rewrites the recipe of upstream ``data_gen_scripts/generate_manipspace.py`` (dataset type "play", the defaults
-OGBench's datasets were made with; data.md): a data-collection env that never terminates at the goal, plan oracles
+OGBench's datasets were made with; docs/design.md): a data-collection env that never terminates at the goal, plan oracles
 with noise 0.1 and smoothing 0.5, a new random target (and that target's oracle) whenever a plan finishes, and the
 scene health check. Upstream never seeds; here each episode is seeded from ``(seed, episode index, attempt)``, so an
 episode does not depend on which process made it or what it made before.

@@ -1,4 +1,4 @@
-"""OGBench single-task manipulation tasks: names, episode limits, the env factory and the sparse reward (spec §6)."""
+"""OGBench single-task tasks: names, episode limits, the env factory, the sparse reward (docs/algorithms.md §6)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TASK_IDS: tuple[int, ...] = (1, 2, 3, 4, 5)
 OGBENCH_TASKS: tuple[str, ...] = tuple(
     f"{family}-play-singletask-task{task_id}-v0" for family in OGBENCH_FAMILIES for task_id in TASK_IDS
 )
-# Episode limits of OGBench's registered envs (spec §6, data.md).
+# Episode limits of OGBench's registered envs (docs/algorithms.md §6, docs/design.md).
 EPISODE_LIMITS: dict[str, int] = {
     "cube-single": 200,
     "cube-double": 500,
@@ -24,7 +24,7 @@ EPISODE_LIMITS: dict[str, int] = {
     "scene": 750,
     "puzzle-3x3": 500,
 }
-# Families the paper trains with sparse rewards (spec §6).
+# Families the paper trains with sparse rewards (docs/algorithms.md §6).
 SPARSE_BY_DEFAULT: frozenset[str] = frozenset({"scene", "puzzle-3x3"})
 
 _TASK_PATTERN = re.compile(r"^(?P<family>.+)-play-singletask-task(?P<task_id>\d+)-v0$")
@@ -45,7 +45,7 @@ def parse_task(task: str) -> tuple[str, int]:
 
 def singletask_env_id(task: str) -> str:
     """
-    The gymnasium id of a task's single-task env: the task name without ``-play`` (spec §6).
+    The gymnasium id of a task's single-task env: the task name without ``-play`` (docs/algorithms.md §6).
 
     :param task: The paper's task name, e.g. ``"cube-double-play-singletask-task2-v0"``
     :return: The env id, e.g. ``"cube-double-singletask-task2-v0"``
@@ -56,7 +56,7 @@ def singletask_env_id(task: str) -> str:
 
 class SparseReward(gym.RewardWrapper):
     """
-    Replace the env's reward r by ``-1 * [r != 0]`` (spec §6: the paper's sparse reward for scene and puzzle-3x3).
+    Replace the env's reward r by ``-1 * [r != 0]`` (docs/algorithms.md §6: the paper's sparse reward, scene and puzzle-3x3).
 
     :param env: An OGBench single-task env (dense reward: minus the number of unsolved subtasks)
     """

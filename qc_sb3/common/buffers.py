@@ -1,4 +1,4 @@
-"""Replay buffer of primitive transitions that samples sliding-window action chunks (spec/algorithms.md §1)."""
+"""Replay buffer of primitive transitions that samples sliding-window action chunks (docs/algorithms.md §1)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
-# Dataset actions are clipped to ±(1 - 1e-5) (spec §1), so a flow target never sits exactly on the boundary.
+# Dataset actions are clipped to ±(1 - 1e-5) (docs/algorithms.md §1), so a flow target never sits exactly on the boundary.
 OFFLINE_ACTION_CLIP = 1.0 - 1e-5
 
 
 class ChunkReplayBufferSamples(NamedTuple):
     """
-    A batch of chunk windows, one row per sampled start step t (spec/algorithms.md §1).
+    A batch of chunk windows, one row per sampled start step t (docs/algorithms.md §1).
 
     :param observations: ``(B, *obs_shape)``, s_t
     :param actions: ``(B, h, A)``, a_t .. a_{t+h-1}, in the buffer's [-1, 1] scale
@@ -48,7 +48,7 @@ class _Windows(NamedTuple):
 class ChunkReplayBuffer(ReplayBuffer):
     """
     Replay buffer that stores one primitive transition per step and samples windows of ``chunk_size`` steps
-    from any stored start (spec/algorithms.md §1), as Q-chunking trains on.
+    from any stored start (docs/algorithms.md §1), as Q-chunking trains on.
 
     It holds two segments:
 
@@ -151,14 +151,14 @@ class ChunkReplayBuffer(ReplayBuffer):
         Append a dataset of primitive steps to the offline segment, which online data never evicts.
 
         Arrays run over steps, episodes one after the other. Actions must already be in the buffer's [-1, 1]
-        scale; they are clipped to ±(1 - 1e-5) (spec §1).
+        scale; they are clipped to ±(1 - 1e-5) (docs/algorithms.md §1).
 
         :param observations: ``(N, *obs_shape)``, s_t
         :param actions: ``(N, A)`` or ``(N, *action_shape)``, a_t in [-1, 1]
         :param rewards: ``(N,)``, r_t
         :param next_observations: ``(N, *obs_shape)``, s_{t+1}
         :param terminated: ``(N,)``, true terminations (0/1); they may fall in the middle of an episode, as in
-            OGBench's relabelled play data, where the trajectory goes on past the goal (spec §6)
+            OGBench's relabelled play data, where the trajectory goes on past the goal (docs/algorithms.md §6)
         :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last
             step of the data must be one
         """
@@ -255,7 +255,7 @@ class ChunkReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ChunkReplayBufferSamples:  # type: ignore[override]
         """
-        Sample ``batch_size`` chunk windows (spec/algorithms.md §1).
+        Sample ``batch_size`` chunk windows (docs/algorithms.md §1).
 
         :param batch_size: Number of windows B
         :param env: VecNormalize env whose statistics normalize observations and rewards, if any
@@ -324,7 +324,7 @@ class ChunkReplayBuffer(ReplayBuffer):
         )
 
     def _chunk_samples(self, windows: _Windows, env: VecNormalize | None) -> ChunkReplayBufferSamples:
-        """Cumulative rewards, masks and valid flags of spec §1, as tensors."""
+        """Cumulative rewards, masks and valid flags of docs/algorithms.md §1, as tensors."""
         discounts = self.gamma ** np.arange(self.chunk_size, dtype=np.float32)
         rewards = self._normalize_reward(windows.rewards.astype(np.float32), env)
         # §1: R[i] = sum_{j <= i} gamma^j r_{t+j}

@@ -1,4 +1,4 @@
-"""ChunkedOffPolicyAlgorithm: offline pre-training then online fine-tuning over action chunks (spec/algorithms.md §5)."""
+"""ChunkedOffPolicyAlgorithm: offline pre-training then online fine-tuning over action chunks (docs/algorithms.md §5)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
       Gradient steps never count as env steps: ``num_timesteps`` stays 0 and progress is kept in
       ``offline_steps_done``. Callbacks are called after every offline gradient step (see :meth:`learn`). A dataset
       given as :class:`~qc_sb3.common.datasets.OfflineShards` is rotated through, one shard in the buffer at a time.
-    * Online phase (spec §5): the policy acts from the first env step; updates start after ``learning_starts``
+    * Online phase (docs/algorithms.md §5): the policy acts from the first env step; updates start after ``learning_starts``
       online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
       cleared when its episode ends.
 
@@ -65,7 +65,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
       rewards normalised as the online phase will see them; online steps keep updating them as in SB3.
     * Dict observation spaces are not supported: flatten them with ``gymnasium.wrappers.FlattenObservation``.
 
-    * Update (spec §3): one gradient step computes every loss of :meth:`_losses` with the same pre-step
+    * Update (docs/algorithms.md §3): one gradient step computes every loss of :meth:`_losses` with the same pre-step
       parameters, backpropagates :meth:`_optimized_loss` once, moves the target critic by Polyak averaging of the
       critic's pre-step weights (the reference's order), then steps every optimizer. The policy provides
       ``critic``, ``critic_target`` and ``optimizers``.
@@ -76,7 +76,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
       reads from the device anyway, i.e. after that call's optimizer steps (the model must then not be saved);
       ``load()`` refuses a truncated zip or another algorithm's model, naming the algorithm found.
 
-    The env is the ordinary primitive env: chunking lives in the algorithm (design.md). Subclasses implement
+    The env is the ordinary primitive env: chunking lives in the algorithm (docs/design.md). Subclasses implement
     ``_losses`` and ``_optimized_loss`` and call ``_setup_model()`` at the end of their ``__init__``.
 
     :param policy: The policy model to use
@@ -90,13 +90,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
-    :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (spec §4)
+    :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (docs/algorithms.md §4)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
         the model saves where it came from, not the data. None: no offline phase (``learn()`` warns that it skips it)
     :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
-    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
     :param policy_kwargs: Additional arguments to be passed to the policy on creation
@@ -261,7 +261,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     def _use_shard_of_step(self, gradient_step: int) -> None:
         """
         Swap the buffer's offline segment to the shard that offline gradient step ``gradient_step`` trains on,
-        if that is not the one it holds (spec §5, OfflineShards).
+        if that is not the one it holds (docs/algorithms.md §5, OfflineShards).
 
         :param gradient_step: The next offline gradient step, 1-based
         """
@@ -449,7 +449,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
 
     def _gradient_step(self, batch_size: int) -> dict[str, th.Tensor]:
         """
-        One update (spec §3) on a fresh batch.
+        One update (docs/algorithms.md §3) on a fresh batch.
 
         :param batch_size: Minibatch size
         :return: The losses of :meth:`_losses`, detached
@@ -461,7 +461,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         self._optimized_loss(losses).backward()
-        # spec §3: target update from the critic's weights before this step, as the reference does.
+        # docs/algorithms.md §3: target update from the critic's weights before this step, as the reference does.
         # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
         th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
         for optimizer in optimizers:
@@ -626,7 +626,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         n_envs: int = 1,
     ) -> tuple[np.ndarray, np.ndarray]:
         """
-        Act with the policy from the first online step (spec §5: no random warm-up), popping each env's queue.
+        Act with the policy from the first online step (docs/algorithms.md §5: no random warm-up), popping each env's queue.
 
         :param learning_starts: Unused: it gates updates only
         :param action_noise: Not supported (the policies are stochastic)
@@ -663,7 +663,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 terminal = np.asarray(info["terminal_observation"])[None]
                 _check_env_outputs_finite(terminal, "terminal observation", self.num_timesteps, first_env=env_index)
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
-        # The rest of a chunk is dropped when its episode ends (spec §5).
+        # The rest of a chunk is dropped when its episode ends (docs/algorithms.md §5).
         if self._action_queue is not None:
             self._action_queue[1][np.asarray(dones, dtype=bool)] = self.policy.act_chunk_size
 

@@ -38,7 +38,7 @@ class OfflineTransitions:
 
     ``terminated`` (the reference's ``1 - mask``) and ``episode_end`` (the reference's ``terminals``) are
     independent: in OGBench's single-task relabelling of play data a step that reaches the goal is terminated
-    but its trajectory goes on (spec §6), so windows past it keep ``valid = 1`` and stop bootstrapping there.
+    but its trajectory goes on (docs/algorithms.md §6), so windows past it keep ``valid = 1`` and stop bootstrapping there.
 
     :param observations: ``(N, *obs_shape)``, s_t
     :param actions: ``(N, *action_shape)``, a_t in the env's scale (not yet scaled to [-1, 1])
@@ -102,7 +102,7 @@ OfflineSource = str | os.PathLike | minari.MinariDataset | Mapping[str, np.ndarr
 @dataclass(frozen=True)
 class OfflineShards:
     """
-    An offline dataset split into shards, of which the offline phase holds one in memory at a time (spec §5: the
+    An offline dataset split into shards, of which the offline phase holds one in memory at a time (docs/algorithms.md §5: the
     reference's ``--ogbench_dataset_dir`` with ``dataset_replace_interval``, e.g. OGBench's 100M-transition
     cube-quadruple set as 100 shards of 1M).
 
@@ -162,7 +162,7 @@ class OfflineShards:
 
 def sparse_rewards(rewards: np.ndarray) -> np.ndarray:
     """
-    The sparse reward of spec §6 (scene and puzzle in the paper): r <- -1 * [r != 0].
+    The sparse reward of docs/algorithms.md §6 (scene and puzzle in the paper): r <- -1 * [r != 0].
 
     :param rewards: Rewards of any shape
     :return: -1.0 where a reward is non-zero, 0.0 elsewhere (float64)
@@ -172,7 +172,7 @@ def sparse_rewards(rewards: np.ndarray) -> np.ndarray:
 
 def with_sparse_rewards(data: OfflineTransitions) -> OfflineTransitions:
     """
-    The same transitions with :func:`sparse_rewards` applied to their rewards (spec §6).
+    The same transitions with :func:`sparse_rewards` applied to their rewards (docs/algorithms.md §6).
 
     :param data: The offline dataset
     :return: A copy whose rewards are sparse (the other arrays are shared, not copied)

@@ -1,4 +1,4 @@
-"""Success-rate evaluation the reference's way (spec/algorithms.md §5), as a function and as an SB3 callback."""
+"""Success-rate evaluation the reference's way (docs/algorithms.md §5), as a function and as an SB3 callback."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def evaluate_success(
     model: type_aliases.PolicyPredictor, env: gym.Env | VecEnv, n_eval_episodes: int = 50, warn: bool = True
 ) -> dict[str, float]:
     """
-    Run ``n_eval_episodes`` episodes with the model's stochastic policy and report the success rate (spec §5):
+    Run ``n_eval_episodes`` episodes with the model's stochastic policy and report the success rate (docs/algorithms.md §5):
     the final step's ``info["success"]`` averaged over episodes.
 
     The episodes run through SB3's :func:`~stable_baselines3.common.evaluation.evaluate_policy`, which passes

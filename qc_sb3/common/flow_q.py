@@ -1,4 +1,4 @@
-"""What QC and QC-FQL share: a flow BC policy, a chunked critic ensemble, and their joint update (spec §2, §3)."""
+"""What QC and QC-FQL share: a flow BC policy, a chunked critic ensemble, their joint update (docs/algorithms.md §2, §3)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def actor_and_critic_hidden_dims(net_arch: list[int] | dict[str, list[int]] | No
 
 class FlowQPolicy(ChunkPolicy):
     """
-    Networks shared by QC and QC-FQL (spec §2): a flow BC vector field over chunks (no LayerNorm), a critic ensemble
-    of K members over concat[s, chunk] (LayerNorm), and its target copy. Each network has its own Adam optimizer,
+    Networks shared by QC and QC-FQL (docs/algorithms.md §2): a flow BC vector field over chunks (no LayerNorm), a critic
+    ensemble of K members over concat[s, chunk] (LayerNorm), and its target copy. Each network has its own Adam optimizer,
     which is the reference's single Adam over all parameters, since Adam is per parameter.
 
     :param observation_space: Observation space
@@ -106,7 +106,7 @@ class FlowQPolicy(ChunkPolicy):
         self.flow = FlowVectorField(features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=actor_layer_norm)
         self.critic = self._make_critic(features_dim)
         self.critic_target = self._make_critic(features_dim)
-        # spec §2: the target critic starts as an exact copy and moves only by Polyak averaging.
+        # docs/algorithms.md §2: the target critic starts as an exact copy and moves only by Polyak averaging.
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.flow.optimizer = self._make_optimizer(self.flow, lr_schedule)
@@ -143,7 +143,7 @@ class FlowQPolicy(ChunkPolicy):
     def flat_actions(self, actions: th.Tensor) -> th.Tensor:
         """
         The critic's and the flow's action input from a batch of windows (B, h, A): the flat time-major chunk, or
-        only a_t for the ``-n`` variants (spec §4).
+        only a_t for the ``-n`` variants (docs/algorithms.md §4).
         """
         if self.action_chunking:
             return actions.reshape(actions.shape[0], -1)
@@ -172,8 +172,8 @@ class FlowQPolicy(ChunkPolicy):
 
 class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
     """
-    The losses of QC and QC-FQL (spec §3): chunked TD for the critic, flow matching for the flow, one gradient step
-    on ``L_Q + L_actor`` (the update itself is the base class's). Subclasses define the actor-side loss.
+    The losses of QC and QC-FQL (docs/algorithms.md §3): chunked TD for the critic, flow matching for the flow, one gradient
+    step on ``L_Q + L_actor`` (the update itself is the base class's). Subclasses define the actor-side loss.
 
     :param flow_steps: Euler steps T of the flow sampler
     :param n_critics: Critic ensemble size K
@@ -220,7 +220,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         return ["flow", "critic"]
 
     def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
-        return losses["critic_loss"] + losses["actor_loss"]  # spec §3: L_Q + L_actor, one backward
+        return losses["critic_loss"] + losses["actor_loss"]  # docs/algorithms.md §3: L_Q + L_actor, one backward
 
     def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
         """Every loss and statistic of one gradient step; ``critic_loss`` and ``actor_loss`` are optimized."""
@@ -241,7 +241,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
                 self.q_agg,
             )
         critic_loss_value, q_values = critic_loss(policy.critic, observations, actions, target, batch.valid)
-        # spec §3: flow matching on the dataset chunks, weighted by valid (unweighted for the -n variants).
+        # docs/algorithms.md §3: flow matching on the dataset chunks, weighted by valid (unweighted for the -n variants).
         noise = th.randn_like(actions)
         times = th.rand(actions.shape[0], 1, device=actions.device)
         bc_flow_loss = flow_matching_loss(

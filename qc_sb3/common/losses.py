@@ -1,4 +1,4 @@
-"""The losses of QC and QC-FQL, as pure functions of networks, a batch and explicit noise (spec/algorithms.md §3)."""
+"""The losses of QC and QC-FQL, as pure functions of networks, a batch and explicit noise (docs/algorithms.md §3)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ Q_AGGREGATIONS = ("mean", "min")
 
 def aggregate_ensemble(q_values: th.Tensor, q_agg: str) -> th.Tensor:
     """
-    Aggregate Q over the ensemble axis (spec §3: mean by default, "min" optional).
+    Aggregate Q over the ensemble axis (docs/algorithms.md §3: mean by default, "min" optional).
 
     :param q_values: Q values of shape (K, ...)
     :param q_agg: "mean" or "min"
@@ -35,7 +35,7 @@ def chunked_td_target(
     q_agg: str = "mean",
 ) -> th.Tensor:
     """
-    TD target of the chunk MDP (spec §3): ``y = R[:, -1] + gamma^h * M[:, -1] * agg_K Q_target(s_{t+h}, A')``,
+    TD target of the chunk MDP (docs/algorithms.md §3): ``y = R[:, -1] + gamma^h * M[:, -1] * agg_K Q_target(s_{t+h}, A')``,
     one A' shared by all K heads.
 
     :param critic_target: Target critic ensemble
@@ -54,7 +54,7 @@ def chunked_td_target(
 
 def critic_loss(critic: CriticEnsemble, observations: th.Tensor, actions: th.Tensor, target: th.Tensor, valid: th.Tensor):
     """
-    Chunked TD loss (spec §3): ``mean over (K, B) of (Q_k(s_t, a) - y)^2 * valid[:, -1]``; every member regresses
+    Chunked TD loss (docs/algorithms.md §3): ``mean over (K, B) of (Q_k(s_t, a) - y)^2 * valid[:, -1]``; every member regresses
     to the same target, and invalid windows stay in the mean's denominator.
 
     :param critic: Online critic ensemble
@@ -78,7 +78,7 @@ def flow_matching_loss(
     valid: th.Tensor | None,
 ) -> th.Tensor:
     """
-    Flow-matching behavior cloning (spec §3): ``x_t = (1-t) x0 + t a1``, ``v* = a1 - x0``,
+    Flow-matching behavior cloning (docs/algorithms.md §3): ``x_t = (1-t) x0 + t a1``, ``v* = a1 - x0``,
     ``mean over (B, h, A) of (f(s, x_t, t) - v*)^2 * valid`` (divided by B*h*A).
 
     :param flow: Flow vector field
@@ -101,7 +101,7 @@ def flow_matching_loss(
 
 def distillation_loss(actor_actions: th.Tensor, flow_actions: th.Tensor) -> th.Tensor:
     """
-    One-step distillation (spec §3, QC-FQL): ``mean over (B, h*A) of (mu(s, z) - a_flow)^2``, with ``a_flow`` the
+    One-step distillation (docs/algorithms.md §3, QC-FQL): ``mean over (B, h*A) of (mu(s, z) - a_flow)^2``, with ``a_flow`` the
     clipped Euler flow sample of the same noise z (no gradient) and ``mu`` NOT clipped here.
 
     :param actor_actions: mu(s, z), shape (B, action_dim)
@@ -113,7 +113,7 @@ def distillation_loss(actor_actions: th.Tensor, flow_actions: th.Tensor) -> th.T
 
 def q_loss(critic: CriticEnsemble, observations: th.Tensor, actions: th.Tensor) -> th.Tensor:
     """
-    Actor Q loss (spec §3, QC-FQL): ``-mean_B mean_K Q(s, clip(a, -1, 1))``; the gradient flows only through the
+    Actor Q loss (docs/algorithms.md §3, QC-FQL): ``-mean_B mean_K Q(s, clip(a, -1, 1))``; the gradient flows only through the
     action, never into the critic's parameters (they enter detached).
 
     :param critic: Online critic ensemble

@@ -1,4 +1,4 @@
-"""Networks of the Q-chunking reference (spec §2) and the flow samplers built on them (spec §3)."""
+"""Networks of the Q-chunking reference (docs/algorithms.md §2) and the flow samplers built on them (docs/algorithms.md §3)."""
 
 import itertools
 import math
@@ -8,16 +8,16 @@ import torch as th
 import torch.nn.functional as F
 from torch import nn
 
-# Tanh-approximate GELU (spec §2): 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), u = sqrt(2 / pi) (x + 0.044715 x^3).
+# Tanh-approximate GELU (docs/algorithms.md §2): 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), u = sqrt(2 / pi) (x + 0.044715 x^3).
 _GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 _GELU_CUBIC = _GELU_SCALE * 0.044715
-_LAYER_NORM_EPS = 1e-6  # spec §2: LayerNorm(eps 1e-6)
+_LAYER_NORM_EPS = 1e-6  # docs/algorithms.md §2: LayerNorm(eps 1e-6)
 _HAS_FUSED_LINEAR_GELU = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
 
 
 def _gelu_tanh(x: th.Tensor, out: th.Tensor | None = None) -> th.Tensor:
     """
-    GELU with the tanh approximation (spec §2).
+    GELU with the tanh approximation (docs/algorithms.md §2).
 
     Without ``out`` this is PyTorch's kernel (differentiable). With ``out`` (no autograd) it computes
     ``x * sigmoid(2 u)`` in four passes over ``out``, about 1.7x faster on CPU; both agree to float32 rounding.
@@ -28,7 +28,7 @@ def _gelu_tanh(x: th.Tensor, out: th.Tensor | None = None) -> th.Tensor:
     """
     if out is None:
         return F.gelu(x, approximate="tanh")
-    # spec §2: gelu = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (2 sqrt(2/pi) + 2 sqrt(2/pi) 0.044715 x^2)
+    # docs/algorithms.md §2: gelu = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (2 sqrt(2/pi) + 2 sqrt(2/pi) 0.044715 x^2)
     th.addcmul(x.new_tensor(_GELU_SCALE), x, x, value=_GELU_CUBIC, out=out)
     return out.mul_(x).sigmoid_().mul_(x)
 
@@ -46,7 +46,7 @@ def _fuses_linear_gelu(h: th.Tensor) -> bool:
 
 def _layer_norm(h: th.Tensor, scale: th.Tensor, offset: th.Tensor, in_place: bool) -> th.Tensor:
     """
-    LayerNorm over the last dimension with eps 1e-6 (spec §2), then ``* scale + offset``.
+    LayerNorm over the last dimension with eps 1e-6 (docs/algorithms.md §2), then ``* scale + offset``.
 
     In place (no autograd) it runs as two reductions and three passes over ``h``, about 2.5x faster on CPU than
     ``F.layer_norm`` followed by the affine map, and agrees with it to float32 rounding.
@@ -59,9 +59,9 @@ def _layer_norm(h: th.Tensor, scale: th.Tensor, offset: th.Tensor, in_place: boo
     """
     if not in_place:
         return th.addcmul(offset, F.layer_norm(h, h.shape[-1:], eps=_LAYER_NORM_EPS), scale)
-    h.sub_(h.mean(dim=-1, keepdim=True))  # spec §2: x - mean
+    h.sub_(h.mean(dim=-1, keepdim=True))  # docs/algorithms.md §2: x - mean
     variance = th.linalg.vector_norm(h, dim=-1, keepdim=True).square_().div_(h.shape[-1])  # biased variance
-    h.mul_(variance.add_(_LAYER_NORM_EPS).rsqrt_())  # spec §2: / sqrt(var + 1e-6)
+    h.mul_(variance.add_(_LAYER_NORM_EPS).rsqrt_())  # docs/algorithms.md §2: / sqrt(var + 1e-6)
     return th.addcmul(offset, h, scale, out=h)
 
 
@@ -105,7 +105,7 @@ def _region(block: th.Tensor | None, shape: tuple[int, ...]) -> th.Tensor | None
 
 def reference_init_(linear_weight: th.Tensor, bias: th.Tensor) -> None:
     """
-    Initialise one dense layer in place as the reference does (spec §2): Xavier-uniform weight, zero bias.
+    Initialise one dense layer in place as the reference does (docs/algorithms.md §2): Xavier-uniform weight, zero bias.
 
     The bound ``sqrt(6 / (fan_in + fan_out))`` only depends on the sum of the last two dimensions, so it holds
     for ``nn.Linear`` weights ``(out, in)`` and for ensemble weights ``(K, in, out)`` alike; in the latter case
@@ -116,15 +116,16 @@ def reference_init_(linear_weight: th.Tensor, bias: th.Tensor) -> None:
     """
     if linear_weight.dim() not in (2, 3):
         raise ValueError(f"Expected a 2-D or 3-D weight, got shape {tuple(linear_weight.shape)}")
-    bound = math.sqrt(6.0 / (linear_weight.shape[-2] + linear_weight.shape[-1]))  # spec §2: Xavier-uniform
+    bound = math.sqrt(6.0 / (linear_weight.shape[-2] + linear_weight.shape[-1]))  # docs/algorithms.md §2: Xavier-uniform
     with th.no_grad():
         linear_weight.uniform_(-bound, bound)
-        bias.zero_()  # spec §2: biases zero
+        bias.zero_()  # docs/algorithms.md §2: biases zero
 
 
 class MLP(nn.Module):
     """
-    Reference MLP (spec §2): per hidden layer Linear -> GELU(tanh) [-> LayerNorm(eps 1e-6)]; last layer Linear only.
+    Reference MLP (docs/algorithms.md §2): per hidden layer Linear -> GELU(tanh) [-> LayerNorm(eps 1e-6)]; last layer Linear
+    only.
 
     With autograd off (``th.no_grad()``, ``th.inference_mode()``) the hidden activations live in scratch memory
     owned by the module, so one module must not run no-grad forward passes from several threads at once.
@@ -153,11 +154,11 @@ class MLP(nn.Module):
         h = x.reshape(-1, x.shape[-1])
         first = self.linears[0]
         if len(self.linears) > 1 and self.norms is None and _fuses_linear_gelu(h):
-            # First hidden layer and its GELU as one oneDNN call (spec §2: Linear -> GELU(tanh)).
+            # First hidden layer and its GELU as one oneDNN call (docs/algorithms.md §2: Linear -> GELU(tanh)).
             h = th.ops.mkldnn._linear_pointwise(h, first.weight, first.bias, "gelu", [], "tanh")
             out = self._hidden_layers_from(1, h)
         else:
-            out = self.forward_from_first_layer(th.addmm(first.bias, h, first.weight.T))  # spec §2: Linear
+            out = self.forward_from_first_layer(th.addmm(first.bias, h, first.weight.T))  # docs/algorithms.md §2: Linear
         return out.view(*x.shape[:-1], self.linears[-1].out_features)
 
     def forward_from_first_layer(self, pre: th.Tensor) -> th.Tensor:
@@ -172,8 +173,8 @@ class MLP(nn.Module):
             return pre
         rows = pre.shape[0]
         post_block = None if th.is_grad_enabled() else self._scratch.take(pre, rows * self._max_hidden_dim)[1]
-        h = _gelu_tanh(pre, out=_region(post_block, tuple(pre.shape)))  # spec §2: -> GELU(tanh)
-        if self.norms is not None:  # spec §2: -> LayerNorm(eps 1e-6)
+        h = _gelu_tanh(pre, out=_region(post_block, tuple(pre.shape)))  # docs/algorithms.md §2: -> GELU(tanh)
+        if self.norms is not None:  # docs/algorithms.md §2: -> LayerNorm(eps 1e-6)
             h = _layer_norm(h, self.norms[0].weight, self.norms[0].bias, in_place=post_block is not None)
         return self._hidden_layers_from(1, h)
 
@@ -195,15 +196,15 @@ class MLP(nn.Module):
         for i in range(index, len(self.linears) - 1):
             linear = self.linears[i]
             if fused:
-                h = th.ops.mkldnn._linear_pointwise(h, linear.weight, linear.bias, "gelu", [], "tanh")  # spec §2
+                h = th.ops.mkldnn._linear_pointwise(h, linear.weight, linear.bias, "gelu", [], "tanh")  # docs/algorithms.md §2
                 continue
             shape = (rows, linear.out_features)
-            pre = th.addmm(linear.bias, h, linear.weight.T, out=_region(pre_block, shape))  # spec §2: Linear
-            h = _gelu_tanh(pre, out=_region(post_block, shape))  # spec §2: -> GELU(tanh)
-            if self.norms is not None:  # spec §2: -> LayerNorm(eps 1e-6)
+            pre = th.addmm(linear.bias, h, linear.weight.T, out=_region(pre_block, shape))  # docs/algorithms.md §2: Linear
+            h = _gelu_tanh(pre, out=_region(post_block, shape))  # docs/algorithms.md §2: -> GELU(tanh)
+            if self.norms is not None:  # docs/algorithms.md §2: -> LayerNorm(eps 1e-6)
                 h = _layer_norm(h, self.norms[i].weight, self.norms[i].bias, in_place=post_block is not None)
         last = self.linears[-1]
-        return th.addmm(last.bias, h, last.weight.T)  # spec §2: last layer linear
+        return th.addmm(last.bias, h, last.weight.T)  # docs/algorithms.md §2: last layer linear
 
 
 class EnsembleMLP(nn.Module):
@@ -247,25 +248,26 @@ class EnsembleMLP(nn.Module):
         rows, last = x.shape[0], len(weights) - 1
         numel = n_members * rows * self._max_hidden_dim
         pre_block, post_block = (None, None) if th.is_grad_enabled() or last == 0 else self._scratch.take(x, numel)
-        # First layer of all members as one batched matmul on the shared input, a stride-0 view of it (spec §2:
+        # First layer of all members as one batched matmul on the shared input, a stride-0 view of it (docs/algorithms.md §2:
         # Linear): its (K, B, out) output is contiguous, so LayerNorm and its backward need no copy.
         first_out = _region(pre_block, (n_members, rows, d_out)) if last > 0 else None
         h = th.baddbmm(biases[0].unsqueeze(1), x.expand(n_members, rows, d_in), weights[0], out=first_out)
         for i in range(1, last + 1):
             shape = (n_members, rows, weights[i].shape[1])
-            h = _gelu_tanh(h, out=_region(post_block, shape))  # spec §2: -> GELU(tanh)
+            h = _gelu_tanh(h, out=_region(post_block, shape))  # docs/algorithms.md §2: -> GELU(tanh)
             if scales:
-                # spec §2: -> LayerNorm(eps 1e-6), each member with its own scale and offset.
+                # docs/algorithms.md §2: -> LayerNorm(eps 1e-6), each member with its own scale and offset.
                 scale, offset = scales[i - 1].unsqueeze(1), offsets[i - 1].unsqueeze(1)
                 h = _layer_norm(h, scale, offset, in_place=post_block is not None)
             out = _region(pre_block, (n_members, rows, weights[i].shape[2])) if i < last else None
-            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i], out=out)  # spec §2: Linear
+            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i], out=out)  # docs/algorithms.md §2: Linear
         return h
 
 
 class CriticEnsemble(nn.Module):
     """
-    Critic ensemble Q_k(s, a), k = 1..K (spec §2): K independent MLPs on ``concat[s, a]`` with a scalar output each.
+    Critic ensemble Q_k(s, a), k = 1..K (docs/algorithms.md §2): K independent MLPs on ``concat[s, a]`` with a scalar output
+    each.
 
     :param observation_dim: Size of the (flat) observation
     :param action_dim: Size of the (flat) action, e.g. ``h * A`` for a chunk
@@ -293,13 +295,13 @@ class CriticEnsemble(nn.Module):
         :param frozen: Use detached parameters: gradients reach the inputs but never the critic (the actor's Q loss)
         :return: Q-values of shape ``(K, B)``
         """
-        # spec §2: Q(concat[s, a]) -> (K, B)
+        # docs/algorithms.md §2: Q(concat[s, a]) -> (K, B)
         return self.net(th.cat((observations, actions), dim=-1), frozen=frozen).squeeze(-1)
 
 
 class FlowVectorField(nn.Module):
     """
-    Flow-matching velocity field f(s, x, t) (spec §2): MLP on ``concat[s, x, t]`` with the raw time t.
+    Flow-matching velocity field f(s, x, t) (docs/algorithms.md §2): MLP on ``concat[s, x, t]`` with the raw time t.
 
     :param observation_dim: Size of the (flat) observation
     :param action_dim: Size of the (flat) action x and of the velocity
@@ -326,7 +328,7 @@ class FlowVectorField(nn.Module):
         :param t: Times in [0, 1] of shape ``(B, 1)``
         :return: Velocities of shape ``(B, action_dim)``
         """
-        return self.mlp(th.cat((observations, x, t), dim=-1))  # spec §2: f(concat[s, x, t])
+        return self.mlp(th.cat((observations, x, t), dim=-1))  # docs/algorithms.md §2: f(concat[s, x, t])
 
     def state_term(self, observations: th.Tensor) -> th.Tensor:
         """
@@ -351,7 +353,7 @@ class FlowVectorField(nn.Module):
         """
         weight = self.mlp.linears[0].weight
         action_weight, time_weight = weight[:, self.observation_dim : -1], weight[:, -1]
-        pre = th.addmm(state_term, x, action_weight.T)  # spec §2: concat[s, x, t] W^T + b, split by input
+        pre = th.addmm(state_term, x, action_weight.T)  # docs/algorithms.md §2: concat[s, x, t] W^T + b, split by input
         if t != 0.0:
             pre = pre.add_(time_weight, alpha=t)
         return self.mlp.forward_from_first_layer(pre)
@@ -368,7 +370,7 @@ class FlowVectorField(nn.Module):
 
     def fused_euler(self, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
         """
-        The Euler sampler of :func:`euler_flow_actions` (spec §3) as few, fused calls per step; only where
+        The Euler sampler of :func:`euler_flow_actions` (docs/algorithms.md §3) as few, fused calls per step; only where
         :meth:`fuses_euler` holds. Same values to float32 rounding.
 
         Each step runs every hidden layer as one oneDNN Linear -> GELU(tanh) call on a buffer that holds
@@ -398,18 +400,18 @@ class FlowVectorField(nn.Module):
         y = noise
         for i in range(flow_steps):
             if i > 0:
-                time_column.fill_(i / flow_steps)  # spec §3: t = i / T
+                time_column.fill_(i / flow_steps)  # docs/algorithms.md §3: t = i / T
                 action_columns.copy_(y)
             h = inputs
             for weight, bias in hidden:
-                h = th.ops.mkldnn._linear_pointwise(h, weight, bias, "gelu", [], "tanh")  # spec §2: Linear -> GELU
-            y = th.addmm(y, h, last_weight_t, alpha=1.0 / flow_steps)  # spec §3: a <- a + f(s, a, t) / T
-        return y.add_(last.bias).clamp_(-1.0, 1.0)  # a_T = y_T + b_L; spec §3: clip once, at the end
+                h = th.ops.mkldnn._linear_pointwise(h, weight, bias, "gelu", [], "tanh")  # Linear -> GELU(tanh)
+            y = th.addmm(y, h, last_weight_t, alpha=1.0 / flow_steps)  # docs/algorithms.md §3: a <- a + f(s, a, t) / T
+        return y.add_(last.bias).clamp_(-1.0, 1.0)  # a_T = y_T + b_L; docs/algorithms.md §3: clip once, at the end
 
 
 class OneStepActor(nn.Module):
     """
-    One-step policy mu(s, z) of QC-FQL (spec §2): MLP on ``concat[s, z]``, no squashing.
+    One-step policy mu(s, z) of QC-FQL (docs/algorithms.md §2): MLP on ``concat[s, z]``, no squashing.
 
     :param observation_dim: Size of the (flat) observation
     :param action_dim: Size of the (flat) action and of the noise z
@@ -433,12 +435,12 @@ class OneStepActor(nn.Module):
         :param noise: Noise z of shape ``(B, action_dim)``
         :return: Unclipped actions of shape ``(B, action_dim)``
         """
-        return self.mlp(th.cat((observations, noise), dim=-1))  # spec §2: mu(concat[s, z]), no tanh
+        return self.mlp(th.cat((observations, noise), dim=-1))  # docs/algorithms.md §2: mu(concat[s, z]), no tanh
 
 
 def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
     """
-    Integrate the flow from noise with ``flow_steps`` Euler steps and clip the result to [-1, 1] (spec §3).
+    Integrate the flow from noise with ``flow_steps`` Euler steps and clip the result to [-1, 1] (docs/algorithms.md §3).
 
     Without autograd on CPU the reference's flow (no LayerNorm) takes :meth:`FlowVectorField.fused_euler`, the same
     values to float32 rounding in fewer calls; otherwise the loop below, which is differentiable.
@@ -454,9 +456,9 @@ def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, n
     state_term = vector_field.state_term(observations)  # once for all T steps
     actions = noise
     for i in range(flow_steps):
-        velocity = vector_field.velocity(state_term, actions, i / flow_steps)  # spec §3: t = i / T
-        actions = actions + velocity / flow_steps  # spec §3: a <- a + f(s, a, t) / T
-    return actions.clamp(-1.0, 1.0)  # spec §3: clip once, at the end
+        velocity = vector_field.velocity(state_term, actions, i / flow_steps)  # docs/algorithms.md §3: t = i / T
+        actions = actions + velocity / flow_steps  # docs/algorithms.md §3: a <- a + f(s, a, t) / T
+    return actions.clamp(-1.0, 1.0)  # docs/algorithms.md §3: clip once, at the end
 
 
 def best_of_n_actions(
@@ -469,7 +471,8 @@ def best_of_n_actions(
     noise: th.Tensor | None = None,
 ) -> th.Tensor:
     """
-    Best-of-N policy (spec §3): sample N flow actions per state, keep the one with the highest ensemble-aggregated Q.
+    Best-of-N policy (docs/algorithms.md §3): sample N flow actions per state, keep the one with the highest
+    ensemble-aggregated Q.
 
     All ``B * N`` samples are integrated in one batched Euler call and scored in one critic call. Callers that do
     not need gradients should wrap the call in ``th.no_grad()`` (or ``th.inference_mode()``).
@@ -493,7 +496,7 @@ def best_of_n_actions(
     repeated_observations = observations.repeat_interleave(n_samples, dim=0)  # row b * N + j is state b
     actions = euler_flow_actions(vector_field, repeated_observations, noise.reshape(-1, action_dim), flow_steps)
     q_values = critic(repeated_observations, actions)  # (K, B * N)
-    # spec §3: score = aggregate over the ensemble ("mean" by default), then argmax over the N samples.
+    # docs/algorithms.md §3: score = aggregate over the ensemble ("mean" by default), then argmax over the N samples.
     scores = q_values.mean(dim=0) if q_agg == "mean" else q_values.amin(dim=0)
     best = scores.view(batch_size, n_samples).argmax(dim=1)
     index = best.view(batch_size, 1, 1).expand(batch_size, 1, action_dim)

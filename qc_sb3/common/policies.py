@@ -36,7 +36,7 @@ def default_optimizer_kwargs(
 
 class ChunkPolicy(BasePolicy):
     """
-    Base class of policies that act with chunks of ``act_chunk_size`` primitive actions (spec/algorithms.md §5).
+    Base class of policies that act with chunks of ``act_chunk_size`` primitive actions (docs/algorithms.md §5).
 
     ``predict`` keeps one action queue per env in its recurrent ``state``: when an env's queue is empty it asks
     :meth:`_predict_chunk` for a chunk, then pops one primitive action per call; ``episode_start`` clears the
@@ -58,7 +58,7 @@ class ChunkPolicy(BasePolicy):
     :param action_space: Primitive action space (a Box)
     :param chunk_size: Length h of the chunks the algorithm trains on
     :param action_chunking: Whether the policy outputs chunks of h actions (True) or one action at a time over
-        h-step windows (False: the ``-n`` variants, spec §4)
+        h-step windows (False: the ``-n`` variants, docs/algorithms.md §4)
     :param features_extractor_class: Features extractor (flattening by default)
     :param features_extractor_kwargs: Keyword arguments of the features extractor
     :param normalize_images: Whether to divide image observations by 255

@@ -1,4 +1,4 @@
-"""QCPolicy: best-of-N sampling from a flow BC policy, scored by the chunked critic ensemble (spec §3)."""
+"""QCPolicy: best-of-N sampling from a flow BC policy, scored by the chunked critic ensemble (docs/algorithms.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QC: Q-chunking with a best-of-N flow policy (spec/algorithms.md §3, §4); BFN and BFN-n by flags."""
+"""QC: Q-chunking with a best-of-N flow policy (docs/algorithms.md §3, §4); BFN and BFN-n by flags."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class QC(FlowQAlgorithm):
     :param offline_gradient_steps: Gradient steps of the offline phase, run by ``learn()`` before its first env step
         (callbacks are called after each; see ``ChunkedOffPolicyAlgorithm.learn``)
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
-    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
@@ -125,5 +125,5 @@ class QC(FlowQAlgorithm):
         return {**super()._policy_hyperparameters(), "actor_num_samples": self.actor_num_samples}
 
     def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
-        # spec §3: in best-of-N mode only the flow-matching loss trains the flow; there is no actor.
+        # docs/algorithms.md §3: in best-of-N mode only the flow-matching loss trains the flow; there is no actor.
         return {"actor_loss": bc_flow_loss}

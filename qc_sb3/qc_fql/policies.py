@@ -1,4 +1,4 @@
-"""QCFQLPolicy: a one-step actor distilled from the flow BC policy (spec §2, §3)."""
+"""QCFQLPolicy: a one-step actor distilled from the flow BC policy (docs/algorithms.md §2, §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QC-FQL: Q-chunking with a one-step actor distilled from the flow policy (spec §3, §4); FQL and FQL-n by flags."""
+"""QC-FQL: Q-chunking with a one-step actor distilled from the flow (docs/algorithms.md §3, §4); FQL and FQL-n by flags."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class QCFQL(FlowQAlgorithm):
     :param offline_gradient_steps: Gradient steps of the offline phase, run by ``learn()`` before its first env step
         (callbacks are called after each; see ``ChunkedOffPolicyAlgorithm.learn``)
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
-    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
@@ -134,7 +134,7 @@ class QCFQL(FlowQAlgorithm):
         with th.no_grad():
             flow_actions = euler_flow_actions(policy.flow, observations, noise, self.flow_steps)
         actor_actions = policy.actor(observations, noise)
-        # spec §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
+        # docs/algorithms.md §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
         distill = distillation_loss(actor_actions, flow_actions)
         q_term = q_loss(policy.critic, observations, actor_actions)
         return {"actor_loss": bc_flow_loss + self.alpha * distill + q_term, "distill_loss": distill, "q_loss": q_term}

@@ -1,4 +1,4 @@
-"""The RLPD family's actor-side losses, as pure functions of tensors and the critic (spec/algorithms.md §4)."""
+"""The RLPD family's actor-side losses, as pure functions of tensors and the critic (docs/algorithms.md §4)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def sac_actor_loss(
     ent_coef: th.Tensor,
 ) -> th.Tensor:
     """
-    SAC actor loss over the ensemble mean (spec §4): ``mean_B(alpha * log pi(a|s) - mean_K Q(s, a))``, with
+    SAC actor loss over the ensemble mean (docs/algorithms.md §4): ``mean_B(alpha * log pi(a|s) - mean_K Q(s, a))``, with
     ``a ~ pi(.|s)`` reparameterized. The critic's parameters enter detached: the gradient reaches only the actor.
 
     :param critic: Online critic ensemble
@@ -26,13 +26,13 @@ def sac_actor_loss(
     :param ent_coef: The temperature alpha, a detached scalar tensor
     :return: The loss (scalar)
     """
-    # spec §4: the tanh samples lie in [-1, 1], where q_loss's clip is the identity (value and gradient).
+    # docs/algorithms.md §4: the tanh samples lie in [-1, 1], where q_loss's clip is the identity (value and gradient).
     return (ent_coef * log_prob).mean() + q_loss(critic, observations, actions)
 
 
 def temperature_loss(log_ent_coef: th.Tensor, log_prob: th.Tensor, target_entropy: float) -> th.Tensor:
     """
-    Temperature loss of the reference (spec §4): ``alpha * (entropy - target_entropy)`` with
+    Temperature loss of the reference (docs/algorithms.md §4): ``alpha * (entropy - target_entropy)`` with
     ``entropy = -mean_B log pi(a|s)`` detached, i.e. ``mean_B(-alpha * (log pi(a|s) + target_entropy))``.
     (SB3's SAC multiplies ``log alpha`` instead of ``alpha``: same sign, gradient smaller by a factor alpha.)
 
@@ -47,8 +47,8 @@ def temperature_loss(log_ent_coef: th.Tensor, log_prob: th.Tensor, target_entrop
 
 def bc_loss(log_prob_of_data: th.Tensor) -> th.Tensor:
     """
-    QC-RLPD's behavior-cloning term (spec §4), before its weight ``bc_alpha``: ``-mean_B log pi(a_data | s_t)`` on
-    the batch's own (clipped) dataset chunks.
+    QC-RLPD's behavior-cloning term (docs/algorithms.md §4), before its weight ``bc_alpha``: ``-mean_B log pi(a_data | s_t)``
+    on the batch's own (clipped) dataset chunks.
 
     :param log_prob_of_data: log pi(clip(a_data, -1 + 1e-5, 1 - 1e-5) | s_t), shape (B,)
     :return: The loss (scalar)

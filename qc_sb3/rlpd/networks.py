@@ -1,4 +1,4 @@
-"""The RLPD family's critic ensemble: Linear -> LayerNorm -> ReLU per hidden layer (spec/algorithms.md §4)."""
+"""The RLPD family's critic ensemble: Linear -> LayerNorm -> ReLU per hidden layer (docs/algorithms.md §4)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from torch import nn
 
 from qc_sb3.common.networks import reference_init_
 
-LAYER_NORM_EPS = 1e-6  # spec §2: LayerNorm(eps 1e-6)
+LAYER_NORM_EPS = 1e-6  # docs/algorithms.md §2: LayerNorm(eps 1e-6)
 
 
 class LayerNormReLUCriticEnsemble(nn.Module):
     """
-    Critic ensemble Q_k(s, a), k = 1..K, of the RLPD family (spec §4): K independent MLPs on ``concat[s, a]``,
+    Critic ensemble Q_k(s, a), k = 1..K, of the RLPD family (docs/algorithms.md §4): K independent MLPs on ``concat[s, a]``,
     each hidden layer Linear -> LayerNorm -> ReLU (LayerNorm before the activation, unlike QC's critic), the last
-    layer Linear to a scalar. Weights Xavier-uniform, biases zero (spec §2).
+    layer Linear to a scalar. Weights Xavier-uniform, biases zero (docs/algorithms.md §2).
 
     Every layer is one batched computation over the members: weights are stored as ``(K, in, out)``, biases and
     LayerNorm scales/offsets as ``(K, out)``, and each layer is a ``torch.baddbmm``.
@@ -57,12 +57,12 @@ class LayerNormReLUCriticEnsemble(nn.Module):
         """
         parameters = [self.weights, self.biases, self.norm_weights, self.norm_biases]
         weights, biases, scales, offsets = ([p.detach() if frozen else p for p in group] for group in parameters)
-        x = th.cat((observations, actions), dim=-1)  # spec §4: Q(concat[s, a])
+        x = th.cat((observations, actions), dim=-1)  # docs/algorithms.md §4: Q(concat[s, a])
         h = x.unsqueeze(0).expand(self.n_critics, *x.shape)  # (K, B, in), shared by the members
         last = len(weights) - 1
         for i in range(last):
-            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i])  # spec §4: Linear
-            h = F.layer_norm(h, h.shape[-1:], eps=LAYER_NORM_EPS)  # spec §4: -> LayerNorm, per member below
+            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i])  # docs/algorithms.md §4: Linear
+            h = F.layer_norm(h, h.shape[-1:], eps=LAYER_NORM_EPS)  # docs/algorithms.md §4: -> LayerNorm, per member below
             h = th.addcmul(offsets[i].unsqueeze(1), h, scales[i].unsqueeze(1))
-            h = F.relu(h)  # spec §4: -> ReLU
-        return th.baddbmm(biases[last].unsqueeze(1), h, weights[last]).squeeze(-1)  # spec §4: Linear -> (K, B)
+            h = F.relu(h)  # docs/algorithms.md §4: -> ReLU
+        return th.baddbmm(biases[last].unsqueeze(1), h, weights[last]).squeeze(-1)  # docs/algorithms.md §4: Linear -> (K, B)

@@ -37,8 +37,8 @@ class Temperature(nn.Module):
 
 class RLPDPolicy(ChunkPolicy):
     """
-    Networks of RLPD, RLPD-AC and QC-RLPD (spec §4): SB3's SAC actor (a state-dependent squashed Gaussian, log-std
-    clipped to [-20, 2]) with the reference's initialisation and exact tanh log-determinant
+    Networks of RLPD, RLPD-AC and QC-RLPD (docs/algorithms.md §4): SB3's SAC actor (a state-dependent squashed Gaussian,
+    log-std clipped to [-20, 2]) with the reference's initialisation and exact tanh log-determinant
     (:class:`~qc_sb3.rlpd.actor.RLPDActor`) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K
     members over ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
     own Adam optimizer, which is the reference's single Adam over all parameters, since Adam is per parameter.
@@ -98,7 +98,7 @@ class RLPDPolicy(ChunkPolicy):
 
         self.features_extractor = self.make_features_extractor()
         features_dim = self.features_extractor.features_dim
-        # spec §4: the actor's action space is the flat chunk in [-1, 1]^(h * A).
+        # docs/algorithms.md §4: the actor's action space is the flat chunk in [-1, 1]^(h * A).
         self.chunk_space = spaces.Box(-1.0, 1.0, (self.flat_action_dim,), np.float32)
         self.actor = RLPDActor(
             observation_space,
@@ -113,7 +113,7 @@ class RLPDPolicy(ChunkPolicy):
         self.critic_target = LayerNormReLUCriticEnsemble(
             features_dim, self.flat_action_dim, self.critic_hidden_dims, n_critics
         )
-        # spec §4: the target critic starts as an exact copy and moves only by Polyak averaging.
+        # docs/algorithms.md §4: the target critic starts as an exact copy and moves only by Polyak averaging.
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.temperature = Temperature(initial_ent_coef)
@@ -149,7 +149,7 @@ class RLPDPolicy(ChunkPolicy):
         :param observations: Preprocessed observations, shape (B, *obs_shape)
         :return: The distribution (SB3's, with the exact tanh log-determinant in ``log_prob``)
         """
-        mean_actions, log_std, _ = self.actor.get_action_dist_params(observations)  # spec §4
+        mean_actions, log_std, _ = self.actor.get_action_dist_params(observations)  # docs/algorithms.md §4
         return self.actor.action_dist.proba_distribution(mean_actions, log_std)  # type: ignore[return-value]
 
     def sample_actions(self, observations: th.Tensor) -> tuple[th.Tensor, th.Tensor]:

@@ -1,4 +1,4 @@
-"""RLPD, RLPD-AC and QC-RLPD: SAC with a LayerNorm critic ensemble and 50/50 offline/online batches (spec §4, §5)."""
+"""RLPD, RLPD-AC and QC-RLPD: SAC with a LayerNorm critic ensemble and 50/50 offline/online batches (docs/algorithms.md §4)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from qc_sb3.common.losses import chunked_td_target, critic_loss
 from qc_sb3.rlpd.losses import bc_loss, sac_actor_loss, temperature_loss
 from qc_sb3.rlpd.policies import MlpPolicy, RLPDPolicy
 
-# spec §4: every batch is half offline, half online windows.
+# docs/algorithms.md §4: every batch is half offline, half online windows.
 DEFAULT_OFFLINE_FRACTION = 0.5
 
 
 class RLPD(ChunkedOffPolicyAlgorithm):
     """
-    RLPD (Ball et al. 2023) in the Q-chunking reference's own version (spec §4): SAC with a squashed-Gaussian actor,
-    an ensemble of K = 10 LayerNorm critics whose TD target is the mean over all K target critics (no min, no
+    RLPD (Ball et al. 2023) in the Q-chunking reference's own version (docs/algorithms.md §4): SAC with a squashed-Gaussian
+    actor, an ensemble of K = 10 LayerNorm critics whose TD target is the mean over all K target critics (no min, no
     entropy term in the backup), a learned temperature, and batches drawn half from the offline data and half from
     the online data. There is no offline pre-training: the offline data only seeds the buffer. The first
     ``learning_starts`` online steps take uniformly random primitive actions, then the policy acts and one update
@@ -58,7 +58,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
         the model saves where it came from (a Minari id or folder), not the data, and ``load()`` reads it again
-    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (spec §6, the reference's
+    :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
     :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (default ``offline_fraction=0.5``)
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, ``activation_fn``, optimizer)
@@ -115,7 +115,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             chunk_size=chunk_size,
             action_chunking=True,
             offline_dataset=offline_dataset,
-            offline_gradient_steps=0,  # spec §4: no offline pre-training
+            offline_gradient_steps=0,  # docs/algorithms.md §4: no offline pre-training
             offline_sparse_rewards=offline_sparse_rewards,
             replay_buffer_kwargs={"offline_fraction": DEFAULT_OFFLINE_FRACTION, **(replay_buffer_kwargs or {})},
             policy_kwargs=policy_kwargs,
@@ -144,7 +144,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         self.policy_kwargs = {**self.policy_kwargs, "n_critics": self.n_critics, "initial_ent_coef": self.initial_ent_coef}
         super()._setup_model()
         if self.target_entropy == "auto":
-            # spec §4: target entropy -0.5 * (action dim), the action being the flat chunk.
+            # docs/algorithms.md §4: target entropy -0.5 * (action dim), the action being the flat chunk.
             self.target_entropy = -0.5 * self.policy.flat_action_dim
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -159,7 +159,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     ) -> tuple[np.ndarray, np.ndarray]:
         """
         Uniformly random primitive actions for the first ``learning_starts`` online steps, one per env and step
-        (spec §4), then the policy's chunks executed open-loop through each env's action queue.
+        (docs/algorithms.md §4), then the policy's chunks executed open-loop through each env's action queue.
 
         :param learning_starts: Online steps of random warm-up
         :param action_noise: Not supported (the policy is stochastic)
@@ -195,7 +195,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         return rollout
 
     def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
-        # spec §4: one backward of the sum, every loss computed with the same pre-step parameters.
+        # docs/algorithms.md §4: one backward of the sum, every loss computed with the same pre-step parameters.
         return losses["critic_loss"] + losses["actor_loss"] + losses["alpha_loss"] + self.bc_alpha * losses["bc_loss"]
 
     def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
@@ -208,7 +208,8 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         actions = batch.actions.reshape(batch.actions.shape[0], -1)  # the flat time-major chunk (a_t for h = 1)
         ent_coef = policy.temperature().detach()
         with th.no_grad():
-            # spec §4: A' ~ pi(.|s_{t+h}); y = R[:, -1] + gamma^h M[:, -1] mean_K Q_target(s_{t+h}, A'), no entropy.
+            # docs/algorithms.md §4: A' ~ pi(.|s_{t+h}); y = R[:, -1] + gamma^h M[:, -1] mean_K Q_target(s_{t+h}, A'),
+            # no entropy term.
             next_actions, _ = policy.sample_actions(batch.next_observations)
             next_observations = policy.features(batch.next_observations)
             target = chunked_td_target(
@@ -225,7 +226,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         distribution = policy.action_distribution(batch.observations)
         sampled_actions = distribution.sample()
         log_prob = distribution.log_prob(sampled_actions, distribution.gaussian_actions)
-        # spec §4 (QC-RLPD): log-likelihood of the batch's own chunks, clipped to ±(1 - 1e-5).
+        # docs/algorithms.md §4 (QC-RLPD): log-likelihood of the batch's own chunks, clipped to ±(1 - 1e-5).
         log_prob_of_data = distribution.log_prob(actions.clamp(-OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP))
         return {
             "critic_loss": critic_loss_value,
