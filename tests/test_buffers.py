@@ -314,13 +314,14 @@ def test_add_offline_refuses_bad_shapes(change, message):
     assert buffer.offline_size == 0
 
 
-def test_offline_segment_newest_step_ends_its_windows_even_unflagged():
-    # add_offline checks shapes only; with no data after it, the segment's newest step ends its windows, as an online
-    # stream's newest step does. By hand, h = 3, reward 1 per step, gamma 0.5, steps 0..3, none flagged:
+def test_offline_last_step_ends_its_windows_even_unflagged():
+    # add_offline checks shapes only; with no data after it, the last step is stored as an episode end, as an online
+    # stream's newest step counts as one. By hand, h = 3, reward 1 per step, gamma 0.5, steps 0..3, none flagged:
     # from step 2: positions 2, 3, padding -> valid [1, 1, 0], R [1, 1.5, 1.5]; from step 3: valid [1, 0, 0], R [1, 1, 1].
     buffer = make_buffer(10, chunk_size=3, gamma=0.5)
     observations = np.repeat(np.arange(4.0)[:, None], OBS_DIM, axis=1)
     buffer.add_offline(observations, np.zeros((4, ACTION_DIM)), np.ones(4), observations + 100, np.zeros(4), np.zeros(4))
+    np.testing.assert_array_equal(buffer.offline_episode_end, [0, 0, 0, 1])
     np.random.seed(0)
     batch = buffer.sample(200)
     starts = batch.observations[:, 0].numpy()

@@ -164,8 +164,8 @@ class ChunkReplayBuffer(ReplayBuffer):
         :param next_observations: ``(N, *obs_shape)``, s_{t+1}
         :param terminated: ``(N,)``, true terminations (0/1); they may fall in the middle of an episode, as in
             OGBench's relabelled play data, where the trajectory goes on past the goal (docs/algorithms.md §6)
-        :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the segment's
-            newest step ends its windows whatever its flag, as the online streams' newest steps do
+        :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last step
+            is stored as one whatever its flag, as no data follows it
         """
         given = {
             "observations": observations,
@@ -189,7 +189,7 @@ class ChunkReplayBuffer(ReplayBuffer):
         Check the shapes of an offline dataset (its values are checked where it enters qc_sb3, see ``add_offline``).
 
         :param arrays: The arrays given to ``add_offline``
-        :return: Copies in the stored dtypes, actions clipped, flags as 0.0 / 1.0
+        :return: Copies in the stored dtypes, actions clipped, flags as 0.0 / 1.0, the last step an episode end
         """
         given = {name: np.asarray(array) for name, array in arrays.items()}
         n_steps = len(given["rewards"]) if given["rewards"].ndim > 0 else 0
@@ -219,7 +219,8 @@ class ChunkReplayBuffer(ReplayBuffer):
             "rewards": given["rewards"].astype(np.float32),
             "next_observations": given["next_observations"].astype(self.storage_obs_dtype),
             "terminated": given["terminated"].astype(bool).astype(np.float32),
-            "episode_end": given["episode_end"].astype(bool).astype(np.float32),
+            # No data follows the last step: it ends its windows, as an online stream's newest step does.
+            "episode_end": np.concatenate([given["episode_end"][:-1].astype(bool), [True]]).astype(np.float32),
         }
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ChunkReplayBufferSamples:  # type: ignore[override]
@@ -260,14 +261,14 @@ class ChunkReplayBuffer(ReplayBuffer):
     def _offline_windows(self, starts: np.ndarray) -> _Windows:
         """Windows of the offline segment starting at the given steps."""
         steps, padding = self._window_steps(starts, self.offline_size)
-        # The segment's newest step ends its windows: no data follows it (OfflineTransitions flags it already).
+        # The segment's last step is an episode end (add_offline stores it as one), so it needs no forcing.
         return _Windows(
             observations=self.offline_observations[starts],
             actions=self.offline_actions[steps],
             next_observations=self.offline_next_observations[steps[:, -1]],
             rewards=self.offline_rewards[steps] * ~padding,
             terminated=self.offline_terminated[steps],
-            episode_end=np.maximum(self.offline_episode_end[steps], steps == self.offline_size - 1),
+            episode_end=self.offline_episode_end[steps],
         )
 
     def _online_windows(self, flat_starts: np.ndarray) -> _Windows:
