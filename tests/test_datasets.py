@@ -302,6 +302,26 @@ def test_transitions_refuse_inconsistent_flags() -> None:
         transitions(terminated=np.zeros(4))
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"rewards": np.array([0, 0, np.nan, 0, 0, 0])}, r"rewards hold NaN or inf \(first at step 2\)"),
+        # Finite in float64, inf once stored as float32 (its largest value is about 3.4e38).
+        ({"rewards": np.array([0, 0, 0, 1e39, 0, 0])}, r"rewards hold NaN or inf \(first at step 3\) as float32"),
+        ({"observations": np.eye(6, 3, k=-4) * 1e39}, r"observations hold NaN or inf \(first at step 4\)"),
+        ({"actions": np.full((6, 2), 4.5)}, r"actions range from min \[4.5, 4.5\]"),
+        ({"episode_end": np.zeros(6, dtype=bool)}, "last step must be an episode end"),
+        ({"episode_end": np.ones(6, dtype=bool)}, r"every episode is shorter than chunk_size=2 \(longest: 1 steps\)"),
+    ],
+)
+def test_add_transitions_refuses_bad_data(change: dict[str, np.ndarray], message: str) -> None:
+    # The value checks that ChunkReplayBuffer.add_offline made before they moved here, where offline data enters.
+    buffer = ChunkReplayBuffer(100, OBS_SPACE, ACTION_SPACE, chunk_size=2)
+    with pytest.raises(ValueError, match=message):
+        add_transitions_to_buffer(buffer, transitions(6, **change), ACTION_SPACE)
+    assert buffer.offline_size == 0
+
+
 def test_check_spaces_accepts_matching_data() -> None:
     nearly_high = np.tile(ACTION_HIGH + 5e-7, (4, 1))
     check_transitions_match_spaces(transitions(actions=nearly_high), OBS_SPACE, ACTION_SPACE)

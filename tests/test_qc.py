@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import zipfile
 
 import gymnasium as gym
@@ -17,7 +18,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from qc_sb3 import QC, QCFQL
+from qc_sb3 import QC, QCFQL, ChunkReplayBuffer
 
 from reference_math import actor_action, best_of_n, critic_values, euler_sample, flow_velocity, numpy_of
 
@@ -416,6 +417,38 @@ def test_dataset_that_does_not_fit_the_env_is_refused_before_training():
     data["next_observations"] = data["observations"]
     with pytest.raises(ValueError, match=r"\(5,\).*\(3,\)"):
         QC("MlpPolicy", make_env(), offline_dataset=data, policy_kwargs=TINY)
+
+
+def test_episodes_shorter_than_a_chunk_are_refused_before_anything_is_built(monkeypatch):
+    built = []
+    build_buffer = ChunkReplayBuffer.__init__
+
+    def recording_init(buffer, *args, **kwargs):
+        built.append(buffer)
+        build_buffer(buffer, *args, **kwargs)
+
+    monkeypatch.setattr(ChunkReplayBuffer, "__init__", recording_init)
+    with pytest.raises(ValueError, match=rf"every episode is shorter than chunk_size=13 \(longest: {EPISODE_LENGTH} steps\)"):
+        QC("MlpPolicy", make_env(), offline_dataset=offline_arrays(), chunk_size=13, policy_kwargs=TINY)
+    assert built == [], "the check runs where the data enters, before the replay buffer and the networks exist"
+
+
+def test_offline_data_is_checked_against_the_env_once(monkeypatch):
+    calls = []
+
+    def counted(check):
+        def counted_check(*args):
+            calls.append(args)
+            return check(*args)
+
+        return counted_check
+
+    # Wherever a qc_sb3 module holds the check (its own, or imported), so that every call is counted once.
+    for name, module in list(sys.modules.items()):
+        if name.startswith("qc_sb3.") and hasattr(module, "check_transitions_match_spaces"):
+            monkeypatch.setattr(module, "check_transitions_match_spaces", counted(module.check_transitions_match_spaces))
+    make_model(QC)
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize(

@@ -153,14 +153,19 @@ class ChunkReplayBuffer(ReplayBuffer):
         Arrays run over steps, episodes one after the other. Actions must already be in the buffer's [-1, 1]
         scale; they are clipped to ±(1 - 1e-5) (docs/algorithms.md §1).
 
+        Only the shapes are checked here. The values are checked once, where offline data enters qc_sb3: by
+        :class:`~qc_sb3.common.datasets.OfflineTransitions` and :func:`~qc_sb3.common.datasets.check_transitions_fit`
+        (an algorithm's ``offline_dataset``, or :func:`~qc_sb3.common.datasets.add_transitions_to_buffer`, which
+        scales the actions too). Non-zero flags count as 1.
+
         :param observations: ``(N, *obs_shape)``, s_t
         :param actions: ``(N, A)`` or ``(N, *action_shape)``, a_t in [-1, 1]
         :param rewards: ``(N,)``, r_t
         :param next_observations: ``(N, *obs_shape)``, s_{t+1}
         :param terminated: ``(N,)``, true terminations (0/1); they may fall in the middle of an episode, as in
             OGBench's relabelled play data, where the trajectory goes on past the goal (docs/algorithms.md §6)
-        :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last
-            step of the data must be one
+        :param episode_end: ``(N,)``, 1 on the last step of each episode (terminated or truncated); the last step
+            is stored as one whatever its flag, as no data follows it
         """
         given = {
             "observations": observations,
@@ -170,7 +175,7 @@ class ChunkReplayBuffer(ReplayBuffer):
             "terminated": terminated,
             "episode_end": episode_end,
         }
-        for name, array in self._validated_offline_arrays(given).items():
+        for name, array in self._storage_arrays(given).items():
             setattr(self, f"offline_{name}", np.concatenate([getattr(self, f"offline_{name}"), array]))
 
     def clear_offline(self) -> None:
@@ -179,8 +184,13 @@ class ChunkReplayBuffer(ReplayBuffer):
             array = getattr(self, f"offline_{name}")
             setattr(self, f"offline_{name}", np.zeros((0, *array.shape[1:]), dtype=array.dtype))
 
-    def _validated_offline_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Check shapes, values and episode structure of an offline dataset; return storage-typed copies."""
+    def _storage_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """
+        Check the shapes of an offline dataset (its values are checked where it enters qc_sb3, see ``add_offline``).
+
+        :param arrays: The arrays given to ``add_offline``
+        :return: Copies in the stored dtypes, actions clipped, flags as 0.0 / 1.0, the last step an episode end
+        """
         given = {name: np.asarray(array) for name, array in arrays.items()}
         n_steps = len(given["rewards"]) if given["rewards"].ndim > 0 else 0
         if n_steps == 0:
@@ -201,56 +211,16 @@ class ChunkReplayBuffer(ReplayBuffer):
                     + " or ".join(str(shape) for shape in shapes)
                     + f" (N = {n_steps} steps from rewards; observation space {self.obs_shape}, action space {action_shape})"
                 )
-        storage_dtypes = {
-            "observations": self.storage_obs_dtype,
-            "actions": self.actions.dtype,
-            "rewards": np.float32,
-            "next_observations": self.storage_obs_dtype,
-        }
-        stored = {}
-        for name, dtype in storage_dtypes.items():
-            # Checked after the cast to the stored dtype: a finite 1e39 becomes inf in float32.
-            with np.errstate(over="ignore", invalid="ignore"):
-                stored[name] = given[name].astype(dtype)
-            non_finite = ~(np.isfinite(given[name]) & np.isfinite(stored[name]))
-            if non_finite.any():
-                step = int(np.argwhere(non_finite)[0][0])
-                raise ValueError(
-                    f"add_offline: {name} holds NaN or inf (first at step {step}) as {np.dtype(dtype)}, the dtype it "
-                    "is stored in; expected finite values within that dtype's range"
-                )
-        for name in ("terminated", "episode_end"):
-            if not np.isin(given[name], (0, 1)).all():
-                raise ValueError(f"add_offline: {name} must hold only 0/1 (or bools), got values {np.unique(given[name])}")
-        low, high = given["actions"].min(), given["actions"].max()
-        if low < -1.0 or high > 1.0:
-            raise ValueError(
-                f"add_offline: actions must be in the buffer's [-1, 1] scale (use policy.scale_action), "
-                f"got values in [{low}, {high}]"
-            )
-        terminated_flags = given["terminated"].astype(bool)
-        end_flags = given["episode_end"].astype(bool)
-        if not end_flags[-1]:
-            raise ValueError(
-                "add_offline: the last step must end an episode (episode_end[-1] = 1); "
-                "mark a cut-off final episode as truncated"
-            )
-        end_steps = np.flatnonzero(end_flags)
-        longest_episode = int(np.diff(np.concatenate([[-1], end_steps])).max())
-        if longest_episode < self.chunk_size:
-            raise ValueError(
-                f"add_offline: every episode is shorter than chunk_size={self.chunk_size} "
-                f"(longest: {longest_episode} steps), so no window would train the critic"
-            )
         return {
-            "observations": stored["observations"],
+            "observations": given["observations"].astype(self.storage_obs_dtype),
             "actions": np.clip(
-                stored["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
+                given["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
             ).astype(self.actions.dtype),
-            "rewards": stored["rewards"],
-            "next_observations": stored["next_observations"],
-            "terminated": terminated_flags.astype(np.float32),
-            "episode_end": end_flags.astype(np.float32),
+            "rewards": given["rewards"].astype(np.float32),
+            "next_observations": given["next_observations"].astype(self.storage_obs_dtype),
+            "terminated": given["terminated"].astype(bool).astype(np.float32),
+            # No data follows the last step: it ends its windows, as an online stream's newest step does.
+            "episode_end": np.concatenate([given["episode_end"][:-1].astype(bool), [True]]).astype(np.float32),
         }
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ChunkReplayBufferSamples:  # type: ignore[override]
@@ -291,7 +261,7 @@ class ChunkReplayBuffer(ReplayBuffer):
     def _offline_windows(self, starts: np.ndarray) -> _Windows:
         """Windows of the offline segment starting at the given steps."""
         steps, padding = self._window_steps(starts, self.offline_size)
-        # The segment's last step is an episode end (checked in add_offline), so it needs no forcing.
+        # The segment's last step is an episode end (add_offline stores it as one), so it needs no forcing.
         return _Windows(
             observations=self.offline_observations[starts],
             actions=self.offline_actions[steps],

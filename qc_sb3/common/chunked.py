@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import numbers
 import pathlib
-import warnings
 from abc import abstractmethod
 from typing import Any, TypeVar
 
@@ -13,33 +12,23 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import configure_logger, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
-from qc_sb3.common.datasets import (
-    OfflineShards,
-    OfflineTransitions,
-    add_transitions_to_buffer,
-    check_transitions_match_spaces,
-    describe_offline_source_record,
-    load_offline_transitions,
-    offline_source_record,
-    open_offline_source_record,
-    with_sparse_rewards,
-)
+from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int, check_training_finite
 from qc_sb3.common.model_file import check_model_file
-from qc_sb3.common.normalization import fit_vec_normalize
+from qc_sb3.common.offline_phase import OfflinePhaseMixin
+from qc_sb3.common.offline_source import offline_source_record
 from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
 
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
 
 
-class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
+class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     """
     Base class of every chunked method: an SB3 off-policy algorithm that trains on sliding-window chunks of
     primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed
@@ -138,8 +127,8 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         seed: int | None = None,
         supported_action_spaces: tuple[type[spaces.Space], ...] = (spaces.Box,),
     ):
-        _check_positive_int("buffer_size", buffer_size)
-        _check_positive_int("batch_size", batch_size)
+        check_positive_int("buffer_size", buffer_size)
+        check_positive_int("batch_size", batch_size)
         if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < tau <= 1.0:
             raise ValueError(f"tau must be a number in (0, 1], got {tau!r}")
         super().__init__(
@@ -165,8 +154,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             sde_support=False,
             supported_action_spaces=supported_action_spaces,
         )
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int | np.integer) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        check_positive_int("chunk_size", chunk_size)
         if offline_gradient_steps < 0:
             raise ValueError(f"offline_gradient_steps must be >= 0, got {offline_gradient_steps}")
         if offline_log_interval < 1:
@@ -178,15 +166,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self.offline_log_interval = offline_log_interval
         self.offline_sparse_rewards = offline_sparse_rewards
         self.offline_steps_done = 0
-        # Where the offline data came from (datasets.offline_source_record), refreshed at each save, read by load().
+        # Where the offline data came from (offline_source.offline_source_record), refreshed at each save, read by load().
         self.offline_dataset_source: dict[str, Any] | None = None
         # Whether a VecNormalize's statistics were updated with the offline data (once per model).
         self._offline_normalization_fitted = False
         # The shard of an OfflineShards dataset that the buffer's offline segment holds.
         self.offline_shard_index = 0
         self._action_queue: ActionQueueState | None = None
-        # Validated and loaded in _setup_model, before any network is built
-        self._offline_transitions: OfflineTransitions | None = None
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -199,88 +185,13 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         return wrapped
 
     def _setup_model(self) -> None:
-        if self.offline_dataset is None and self.offline_dataset_source is not None:
-            # load() of a model saved with offline data, and no offline_dataset=... to override it.
-            self._offline_transitions = self._reload_recorded_offline_data(self.offline_dataset_source)
-        elif self.offline_dataset is not None:
-            # Refuse a dataset that does not fit the env before building or training anything.
-            self._offline_transitions = self._load_offline_data(self.offline_shard_index)
+        # Refuse offline data that does not fit the env before building or training anything.
+        offline_data = self._read_offline_data()
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
         self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
         super()._setup_model()
-        if self._offline_transitions is not None:
-            if self.batch_size > len(self._offline_transitions):
-                warnings.warn(
-                    f"batch_size={self.batch_size} is larger than the offline dataset ({len(self._offline_transitions)} "
-                    "steps): batches are drawn with replacement and repeat steps",
-                    stacklevel=4,  # the user's QC(...), QCFQL(...) or RLPD(...) call, through __init__ and _setup_model
-                )
-            add_transitions_to_buffer(self.replay_buffer, self._offline_transitions, self.action_space)  # type: ignore[arg-type]
-            self._offline_transitions = None
-
-    def _reload_recorded_offline_data(self, record: dict[str, Any]) -> OfflineTransitions | None:
-        """
-        Read the offline data that a saved model recorded (at ``load()``), or warn, naming it, that it cannot be read
-        and the replay buffer will hold no offline data.
-
-        :param record: The model's ``offline_dataset_source``
-        :return: The transitions (``offline_dataset`` is then set to their source), or None
-        """
-        name = describe_offline_source_record(record)
-        consequence = (
-            "the replay buffer holds no offline data (RLPD's batches become all-online, a remaining offline phase "
-            "cannot run): pass offline_dataset=... to load(), or load_replay_buffer() a buffer saved with the model"
-        )
-        source = open_offline_source_record(record)
-        if source is None:
-            warnings.warn(f"this model was trained on {name}, which is not saved with it; {consequence}", stacklevel=3)
-            return None
-        self.offline_dataset = source
-        try:
-            return self._load_offline_data(self.offline_shard_index)
-        except (ValueError, OSError) as error:
-            self.offline_dataset = None
-            warnings.warn(f"cannot read this model's offline data, {name} ({error}); {consequence}", stacklevel=3)
-            return None
-
-    def _load_offline_data(self, shard_index: int) -> OfflineTransitions:
-        """
-        Load the offline dataset (or its shard ``shard_index``), check it against the env's spaces and apply the
-        sparse reward if asked.
-
-        :param shard_index: The shard to load when ``offline_dataset`` is an ``OfflineShards``; ignored otherwise
-        :return: The transitions, actions in the env's scale
-        """
-        source = self.offline_dataset
-        if isinstance(source, OfflineShards):
-            source = source.sources[shard_index]
-        data = load_offline_transitions(source)
-        check_transitions_match_spaces(data, self.observation_space, self.action_space)  # type: ignore[arg-type]
-        return with_sparse_rewards(data) if self.offline_sparse_rewards else data
-
-    def _use_shard_of_step(self, gradient_step: int) -> None:
-        """
-        Swap the buffer's offline segment to the shard that offline gradient step ``gradient_step`` trains on,
-        if that is not the one it holds (docs/algorithms.md §5, OfflineShards).
-
-        :param gradient_step: The next offline gradient step, 1-based
-        """
-        if isinstance(self.offline_dataset, OfflineShards):
-            self._use_shard(self.offline_dataset.shard_index(gradient_step))
-
-    def _use_shard(self, shard_index: int) -> None:
-        """
-        Swap the buffer's offline segment to shard ``shard_index`` of the ``OfflineShards`` dataset, if that is
-        not the one it holds.
-
-        :param shard_index: An index into the dataset's shards
-        """
-        if shard_index == self.offline_shard_index:
-            return
-        # Empty the segment before loading the next shard, so that only one shard is held in the buffer.
-        self.replay_buffer.clear_offline()
-        add_transitions_to_buffer(self.replay_buffer, self._load_offline_data(shard_index), self.action_space)  # type: ignore[arg-type]
-        self.offline_shard_index = shard_index
+        if offline_data is not None:
+            self._add_offline_data(offline_data)
 
     @classmethod
     def load(  # type: ignore[override]
@@ -312,7 +223,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         )
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "offline_dataset", "_offline_transitions", "_action_queue"]
+        return [*super()._excluded_save_params(), "offline_dataset", "_action_queue"]
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """
@@ -338,105 +249,6 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         super().set_env(env, force_reset)
         if force_reset:
             self._action_queue = None
-
-    @property
-    def offline_steps_remaining(self) -> int:
-        """Gradient steps of the offline phase still to run."""
-        return max(self.offline_gradient_steps - self.offline_steps_done, 0)
-
-    def pretrain(
-        self: SelfChunkedOffPolicyAlgorithm,
-        gradient_steps: int | None = None,
-        progress_bar: bool = False,
-        tb_log_name: str = "run",
-        callback: MaybeCallback = None,
-    ) -> SelfChunkedOffPolicyAlgorithm:
-        """
-        Run (part of) the offline phase on its own: gradient steps on the offline data, logging ``offline/*`` every
-        ``offline_log_interval`` steps (and at the end) with ``offline_steps_done`` as x-axis. ``learn()`` runs what
-        remains of the offline phase itself; this is for running it apart from any env.
-
-        :param gradient_steps: Number of gradient steps to run (default: what remains of ``offline_gradient_steps``)
-        :param progress_bar: Display a progress bar over the gradient steps (tqdm and rich)
-        :param tb_log_name: Name of the tensorboard run, if no logger is set up yet
-        :param callback: Callback(s) called after every gradient step, as in :meth:`learn`'s offline phase (with
-            ``on_training_start`` before the first and ``on_training_end`` after the last); one returning False
-            stops the phase there
-        :return: the trained model
-        """
-        n_steps = self.offline_steps_remaining if gradient_steps is None else gradient_steps
-        if n_steps <= 0:
-            return self
-        if self.replay_buffer.offline_size == 0:
-            raise ValueError(
-                "the offline phase needs offline data: pass offline_dataset=... at construction or "
-                "load_replay_buffer() a buffer that holds it"
-            )
-        if not hasattr(self, "_logger"):
-            self._logger = configure_logger(self.verbose, self.tensorboard_log, tb_log_name, reset_num_timesteps=True)
-        self._fit_normalization_on_offline_data()
-        callback = self._init_callback(callback)
-        callback.on_training_start(locals(), globals())
-        self._run_offline_steps(n_steps, callback, progress_bar)
-        callback.on_training_end()
-        return self
-
-    def _run_offline_steps(self, n_steps: int, callback: BaseCallback, progress_bar: bool) -> bool:
-        """
-        Offline gradient steps, one at a time, each followed by ``callback.on_step()``; the losses are averaged on
-        the device and logged every ``offline_log_interval`` steps (counted in ``offline_steps_done``) and at the end.
-
-        :param n_steps: Number of gradient steps
-        :param callback: Called after every gradient step
-        :param progress_bar: Display a progress bar over the gradient steps
-        :return: False if the callback stopped the phase
-        """
-        policy: Any = self.policy
-        for optimizer in policy.optimizers:
-            update_learning_rate(optimizer, self.lr_schedule(self._current_progress_remaining))
-        # What a callback that reads env-step locals finds: no episode ended during a gradient step.
-        step_locals = {"dones": np.zeros(self.n_envs, dtype=bool), "infos": [{} for _ in range(self.n_envs)]}
-        progress = _progress_bar(n_steps) if progress_bar else None
-        step_losses: list[dict[str, th.Tensor]] = []
-        continue_training = True
-        for _ in range(n_steps):
-            self._use_shard_of_step(self.offline_steps_done + 1)
-            # A callback may have evaluated the policy (eval mode) since the last step.
-            policy.set_training_mode(True)
-            step_losses.append(self._gradient_step(self.batch_size))
-            self._n_updates += 1
-            self.offline_steps_done += 1
-            if progress is not None:
-                progress.update(1)
-            if self.offline_steps_done % self.offline_log_interval == 0:
-                self._dump_offline_logs(step_losses)
-                step_losses = []
-            callback.update_locals({**step_locals, "offline_steps_done": self.offline_steps_done})
-            if not callback.on_step():
-                continue_training = False
-                break
-        if step_losses:
-            self._dump_offline_logs(step_losses)
-        if progress is not None:
-            progress.close()
-        return continue_training
-
-    def _dump_offline_logs(self, step_losses: list[dict[str, th.Tensor]]) -> None:
-        """Log the offline losses averaged over their gradient steps, at x = ``offline_steps_done``."""
-        self._record_checked_means("offline", step_losses)
-        self.logger.record("offline/gradient_steps", self.offline_steps_done)
-        self.logger.dump(step=self.offline_steps_done)
-
-    def _fit_normalization_on_offline_data(self) -> None:
-        """Update a training ``VecNormalize``'s statistics with the buffer's offline data, once per model."""
-        vec_normalize = self._vec_normalize_env
-        buffer = self.replay_buffer
-        if vec_normalize is None or not vec_normalize.training or self._offline_normalization_fitted:
-            return
-        if buffer.offline_size == 0:
-            return
-        fit_vec_normalize(vec_normalize, buffer.offline_observations, buffer.offline_rewards, buffer.offline_episode_end > 0)
-        self._offline_normalization_fitted = True
 
     def train(self, gradient_steps: int, batch_size: int = 256) -> None:
         policy: Any = self.policy
@@ -489,7 +301,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
             ]
         ).tolist()
         first_update = self._n_updates - len(step_losses) + 1
-        _check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
+        check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
         for name, mean in zip(names, means, strict=True):
             self.logger.record(f"{prefix}/{name}", mean)
 
@@ -511,95 +323,6 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :return: A scalar tensor
         """
 
-    def learn(
-        self: SelfChunkedOffPolicyAlgorithm,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 4,
-        tb_log_name: str = "run",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfChunkedOffPolicyAlgorithm:
-        """
-        Run what remains of the offline phase, then ``total_timesteps`` online env steps, as SB3's ``learn``.
-
-        Callbacks: ``on_training_start`` first; then ``on_step`` after every offline gradient step, then after every
-        env step as in SB3; ``on_training_end`` last. In the offline phase a callback's ``n_calls`` counts gradient
-        steps (so ``EvalCallback``'s ``eval_freq`` and ``CheckpointCallback``'s ``save_freq`` are in gradient steps
-        there), the step counter is ``model.offline_steps_done``, and ``num_timesteps`` stays 0: ``EvalCallback``
-        logs its offline evaluations at x = 0 and ``CheckpointCallback`` names every offline checkpoint
-        ``*_0_steps.zip``, each replacing the previous one. A callback returning False in the offline phase ends
-        ``learn()`` there, before any env step; the next ``learn()`` (with or without ``reset_num_timesteps``)
-        runs the remaining offline steps, then goes online. The offline phase is skipped, with a warning, when the
-        buffer holds no offline data.
-
-        :param total_timesteps: Online env steps to run (the offline phase does not count)
-        :param callback: Callback(s) called at every offline gradient step and every env step
-        :param log_interval: Episodes between two online log dumps
-        :param tb_log_name: Name of the run for tensorboard logging
-        :param reset_num_timesteps: Whether to reset ``num_timesteps`` (the offline phase always continues from
-            ``offline_steps_done``)
-        :param progress_bar: Display a progress bar over the offline gradient steps, then SB3's over the env steps
-        :return: the trained model
-        """
-        total_timesteps, callback = self._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-        )
-        # SB3's _init_callback appends its progress bar over env steps: started only once the online phase starts.
-        online_progress = None
-        if progress_bar:
-            assert isinstance(callback, CallbackList) and isinstance(callback.callbacks[-1], ProgressBarCallback)
-            online_progress = callback.callbacks[-1]
-            callback.callbacks.remove(online_progress)
-        callback.on_training_start(locals(), globals())
-        if not self._run_offline_phase(callback, progress_bar):
-            callback.on_training_end()
-            return self
-        if online_progress is not None:
-            online_progress.on_training_start(locals(), globals())
-            assert isinstance(callback, CallbackList)
-            callback.callbacks.append(online_progress)
-
-        assert self.env is not None, "You must set the environment before calling learn()"
-        # The online loop of SB3's OffPolicyAlgorithm.learn.
-        while self.num_timesteps < total_timesteps:
-            rollout = self.collect_rollouts(
-                self.env,
-                train_freq=self.train_freq,  # type: ignore[arg-type]
-                action_noise=self.action_noise,
-                callback=callback,
-                learning_starts=self.learning_starts,
-                replay_buffer=self.replay_buffer,
-                log_interval=log_interval,
-            )
-            if not rollout.continue_training:
-                break
-            if self.num_timesteps > 0 and self.num_timesteps > self.learning_starts:
-                gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else rollout.episode_timesteps
-                if gradient_steps > 0:
-                    self.train(batch_size=self.batch_size, gradient_steps=gradient_steps)
-        callback.on_training_end()
-        return self
-
-    def _run_offline_phase(self, callback: BaseCallback, progress_bar: bool) -> bool:
-        """
-        What remains of the offline phase, inside ``learn()``.
-
-        :param callback: Called after every gradient step
-        :param progress_bar: Display a progress bar over the gradient steps
-        :return: False if the callback stopped it
-        """
-        if self.offline_steps_remaining == 0:
-            return True
-        if self.replay_buffer.offline_size == 0:
-            warnings.warn(
-                f"no offline data (offline_dataset=None): the offline phase's {self.offline_steps_remaining} "
-                "remaining gradient steps are skipped and learn() goes online directly",
-                stacklevel=3,
-            )
-            return True
-        return self._run_offline_steps(self.offline_steps_remaining, callback, progress_bar)
-
     def _setup_learn(
         self,
         total_timesteps: int,
@@ -616,7 +339,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         if reset_num_timesteps:
             self._action_queue = None
         if self._last_obs is not None:
-            _check_env_outputs_finite(np.asarray(self._last_obs), "reset observation", self.num_timesteps + 1)
+            check_env_outputs_finite(np.asarray(self._last_obs), "reset observation", self.num_timesteps + 1)
         return total_timesteps, callback
 
     def _sample_action(
@@ -654,14 +377,14 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     ) -> None:
         if self._vec_normalize_env is not None:
             # What is stored: the observations and rewards before normalization.
-            _check_env_outputs_finite(self._vec_normalize_env.get_original_obs(), "observation", self.num_timesteps)
-            _check_env_outputs_finite(self._vec_normalize_env.get_original_reward(), "reward", self.num_timesteps)
-        _check_env_outputs_finite(np.asarray(new_obs), "observation", self.num_timesteps)
-        _check_env_outputs_finite(np.asarray(reward), "reward", self.num_timesteps)
+            check_env_outputs_finite(self._vec_normalize_env.get_original_obs(), "observation", self.num_timesteps)
+            check_env_outputs_finite(self._vec_normalize_env.get_original_reward(), "reward", self.num_timesteps)
+        check_env_outputs_finite(np.asarray(new_obs), "observation", self.num_timesteps)
+        check_env_outputs_finite(np.asarray(reward), "reward", self.num_timesteps)
         for env_index, (done, info) in enumerate(zip(dones, infos, strict=True)):
             if done and info.get("terminal_observation") is not None:
                 terminal = np.asarray(info["terminal_observation"])[None]
-                _check_env_outputs_finite(terminal, "terminal observation", self.num_timesteps, first_env=env_index)
+                check_env_outputs_finite(terminal, "terminal observation", self.num_timesteps, first_env=env_index)
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)
         # The rest of a chunk is dropped when its episode ends (docs/algorithms.md §5).
         if self._action_queue is not None:
@@ -671,75 +394,3 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
 def _all_subclasses(base: type) -> list[type]:
     """Every subclass of ``base`` defined so far, at any depth."""
     return [subclass for child in base.__subclasses__() for subclass in (child, *_all_subclasses(child))]
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def _check_training_finite(
-    names: list[str],
-    means: list[float],
-    first_non_finite_update: int,
-    parameters_norm: float,
-    first_update: int,
-    last_update: int,
-) -> None:
-    """
-    Stop training with an error when a loss or the parameters became NaN or inf during one ``train()`` call.
-
-    The check runs once per call, on the values already read from the device, so the optimizer steps of that call
-    have run: the model's parameters may then be NaN, and the error says not to save them.
-
-    :param names: The losses' names
-    :param means: Their means over the call
-    :param first_non_finite_update: The first update (``n_updates``) of the call whose losses are not all finite
-    :param parameters_norm: The norm of all the policy's parameters after the call
-    :param first_update: The call's first update (``n_updates``)
-    :param last_update: The call's last update (``n_updates``)
-    """
-    non_finite_losses = [name for name, mean in zip(names, means, strict=True) if not np.isfinite(mean)]
-    if non_finite_losses:
-        where = f"the loss(es) {', '.join(non_finite_losses)} became NaN or inf at update {first_non_finite_update}"
-    elif not np.isfinite(parameters_norm):
-        where = f"the parameters became NaN or inf in updates {first_update}..{last_update} (the losses were finite)"
-    else:
-        return
-    raise RuntimeError(
-        f"train: {where} (n_updates); training stopped: the model's parameters may be NaN or inf, do not save them "
-        "(reload the last saved model). Check the data and rewards for huge values, or lower the learning rate"
-    )
-
-
-def _check_env_outputs_finite(values: np.ndarray, what: str, env_step: int, first_env: int = 0) -> None:
-    """
-    Refuse NaN or inf in one env step's outputs (one row per env), also as float32, the replay buffer's dtype
-    (a finite 1e39 becomes inf there), before anything is stored.
-
-    :param values: ``(n_envs, ...)`` observations or ``(n_envs,)`` rewards
-    :param what: What the values are, for the message
-    :param env_step: The env step they come from (``num_timesteps``)
-    :param first_env: Index of the env of the first row
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        finite = np.isfinite(values) & np.isfinite(values.astype(np.float32))
-    finite_envs = finite.reshape(len(finite), -1).all(axis=1)
-    if not finite_envs.all():
-        env_index = first_env + int(np.argmin(finite_envs))
-        raise ValueError(
-            f"env {env_index} returned a {what} holding NaN or inf (as float32, the replay buffer's dtype) at env step "
-            f"{env_step} (num_timesteps); refused before it is stored: the env must return finite values within "
-            "float32's range"
-        )
-
-
-def _progress_bar(total: int) -> Any:
-    """A rich tqdm bar over offline gradient steps (tqdm and rich are imported only when asked for)."""
-    from tqdm import TqdmExperimentalWarning
-    from tqdm.rich import tqdm
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TqdmExperimentalWarning)  # as SB3's ProgressBarCallback does
-        return tqdm(total=total, desc="offline gradient steps")

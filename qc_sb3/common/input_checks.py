@@ -1,0 +1,69 @@
+"""Checks of what comes into a chunked algorithm beyond SB3's: its hyperparameters, the env's outputs, training health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_training_finite(
+    names: list[str],
+    means: list[float],
+    first_non_finite_update: int,
+    parameters_norm: float,
+    first_update: int,
+    last_update: int,
+) -> None:
+    """
+    Stop training with an error when a loss or the parameters became NaN or inf during one ``train()`` call.
+
+    The check runs once per call, on the values already read from the device, so the optimizer steps of that call
+    have run: the model's parameters may then be NaN, and the error says not to save them.
+
+    :param names: The losses' names
+    :param means: Their means over the call
+    :param first_non_finite_update: The first update (``n_updates``) of the call whose losses are not all finite
+    :param parameters_norm: The norm of all the policy's parameters after the call
+    :param first_update: The call's first update (``n_updates``)
+    :param last_update: The call's last update (``n_updates``)
+    """
+    non_finite_losses = [name for name, mean in zip(names, means, strict=True) if not np.isfinite(mean)]
+    if non_finite_losses:
+        where = f"the loss(es) {', '.join(non_finite_losses)} became NaN or inf at update {first_non_finite_update}"
+    elif not np.isfinite(parameters_norm):
+        where = f"the parameters became NaN or inf in updates {first_update}..{last_update} (the losses were finite)"
+    else:
+        return
+    raise RuntimeError(
+        f"train: {where} (n_updates); training stopped: the model's parameters may be NaN or inf, do not save them "
+        "(reload the last saved model). Check the data and rewards for huge values, or lower the learning rate"
+    )
+
+
+def check_env_outputs_finite(values: np.ndarray, what: str, env_step: int, first_env: int = 0) -> None:
+    """
+    Refuse NaN or inf in one env step's outputs (one row per env), also as float32, the replay buffer's dtype
+    (a finite 1e39 becomes inf there), before anything is stored.
+
+    :param values: ``(n_envs, ...)`` observations or ``(n_envs,)`` rewards
+    :param what: What the values are, for the message
+    :param env_step: The env step they come from (``num_timesteps``)
+    :param first_env: Index of the env of the first row
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(values) & np.isfinite(values.astype(np.float32))
+    finite_envs = finite.reshape(len(finite), -1).all(axis=1)
+    if not finite_envs.all():
+        env_index = first_env + int(np.argmin(finite_envs))
+        raise ValueError(
+            f"env {env_index} returned a {what} holding NaN or inf (as float32, the replay buffer's dtype) at env step "
+            f"{env_step} (num_timesteps); refused before it is stored: the env must return finite values within "
+            "float32's range"
+        )
