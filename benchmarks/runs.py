@@ -62,11 +62,11 @@ from benchmarks.checkpoints import (
     restore_checkpoint,
     save_checkpoint,
 )
-from benchmarks.config import RunSpec
 from benchmarks.datasets import open_offline_data
 from benchmarks.locks import FolderBusyError, folder_lock
 from benchmarks.methods import constructor_arguments
 from benchmarks.progress import ProgressWriter
+from benchmarks.specs import RunSpec
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success

@@ -1,10 +1,11 @@
-"""The task registry: which tasks a config may name, their suites, envs and offline data.
+"""The specs of the benchmark runner, plain frozen dataclasses that every other module of :mod:`benchmarks` reads.
 
-A *suite* (OGBench, robomimic, or one registered by a user or a test) knows how to turn a dataset source (official
-files in a directory, or "generate N episodes locally") into offline data for each of its tasks. A *task* names its
-suite, its *domain* (the unit of the paper's per-domain hyperparameters, e.g. ``cube-double`` or ``robomimic``), an
-env factory and its default env keyword arguments. The built-in suites (:mod:`benchmarks.suites`) are registered on
-first use; :func:`register_suite` and :func:`register_task` add others.
+A *suite* (:mod:`benchmarks.suites`) turns a dataset source (official files in a directory, or "generate N episodes
+locally") into offline data for each of its tasks, and declares the paper's per-domain settings of its domains. A
+*task* names its suite, its *domain* (the unit of the paper's per-domain hyperparameters, e.g. ``cube-double`` or
+``robomimic``), an env factory and its default env keyword arguments. A config (:mod:`benchmarks.config`) is
+planned (:mod:`benchmarks.planning`) into one :class:`RunSpec` per run. This module imports nothing of
+:mod:`benchmarks`.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class SuiteSpec:
         files) for the task; called before any run starts
     :param prepare_official: ``prepare_official(request) -> OfflineData``: convert (once, cached) the official files
     :param prepare_generated: ``prepare_generated(request) -> OfflineData``: generate and convert (once, cached)
+    :param domain_settings: Domain -> method name -> the method's per-domain constructor arguments there (the
+        paper's N, alpha, ...); every domain of the suite's tasks is a key, and each method's
+        ``MethodSpec.per_domain`` arguments must be given: a missing one is an error, never a silent default
     """
 
     name: str
@@ -105,6 +109,30 @@ class SuiteSpec:
     check_official: Callable[[TaskSpec, Mapping[str, Any]], None] | None
     prepare_official: Callable[[DatasetRequest], OfflineData] | None
     prepare_generated: Callable[[DatasetRequest], OfflineData] | None
+    domain_settings: Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+    def domain_setting(self, domain: str, method: str, argument: str) -> Any:
+        """
+        A method's per-domain constructor argument in one of the suite's domains.
+
+        :param domain: The domain
+        :param method: The method name
+        :param argument: The constructor argument
+        :return: Its value
+        :raises LookupError: Naming the missing key, if the suite does not declare it
+        """
+        if domain not in self.domain_settings:
+            raise LookupError(
+                f"suite {self.name!r} declares no per-domain settings for domain {domain!r} "
+                f"(domain_settings[{domain!r}]); its domains: {', '.join(self.domain_settings) or '(none)'}"
+            )
+        by_method = self.domain_settings[domain].get(method, {})
+        if argument not in by_method:
+            raise LookupError(
+                f"suite {self.name!r} declares no per-domain setting {argument!r} of {method} for domain {domain!r} "
+                f"(domain_settings[{domain!r}][{method!r}][{argument!r}])"
+            )
+        return by_method[argument]
 
 
 class _Required:
@@ -132,77 +160,145 @@ class Option:
     minimum: float | None = None
 
 
-_SUITES: dict[str, SuiteSpec] = {}
-_TASKS: dict[str, TaskSpec] = {}
-_BUILTINS_LOADED = False
-
-
-def register_suite(suite: SuiteSpec, overwrite: bool = False) -> None:
+@dataclass(frozen=True)
+class Protocol:
     """
-    Add a suite to the registry.
+    The offline-to-online protocol of every run (docs/algorithms.md §5).
 
-    :param suite: The suite
-    :param overwrite: Replace a suite of the same name instead of raising
+    :param offline_steps: Offline gradient steps (methods without an offline phase skip them)
+    :param online_steps: Online env steps
+    :param eval_interval: Steps between two evaluations, in each phase; it divides both step counts
+    :param eval_episodes: Episodes per evaluation
+    :param eval_at_start: Also evaluate before any training (the reference does not)
     """
-    _load_builtins()
-    if suite.name in _SUITES and not overwrite:
-        raise ValueError(f"suite {suite.name!r} is already registered")
-    _SUITES[suite.name] = suite
+
+    offline_steps: int = 1_000_000
+    online_steps: int = 1_000_000
+    eval_interval: int = 100_000
+    eval_episodes: int = 50
+    eval_at_start: bool = False
 
 
-def register_task(task: TaskSpec, overwrite: bool = False) -> None:
+@dataclass(frozen=True)
+class Execution:
     """
-    Add a task to the registry; its suite must be registered.
+    Where and how runs execute.
 
-    :param task: The task
-    :param overwrite: Replace a task of the same name instead of raising
+    :param workers: Runs at a time on this machine (local pool; at most the number of cores); None: the cores
+    :param torch_threads: ``torch.set_num_threads`` in each run
+    :param device: Torch device of the models (``auto``, ``cpu``, ``cuda``, ...)
+    :param num_cpus: CPUs a Ray task reserves
+    :param num_gpus: GPUs a Ray task reserves
+    :param runtime_env: Ray runtime environment of the tasks (``working_dir``, ``env_vars``, ...)
     """
-    _load_builtins()
-    if task.suite not in _SUITES:
-        raise ValueError(f"task {task.name!r} names an unregistered suite {task.suite!r}; known suites: {sorted(_SUITES)}")
-    if task.name in _TASKS and not overwrite:
-        raise ValueError(f"task {task.name!r} is already registered")
-    _TASKS[task.name] = task
+
+    workers: int | None = None
+    torch_threads: int = 1
+    device: str = "auto"
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    runtime_env: dict[str, Any] | None = None
 
 
-def get_task(name: str) -> TaskSpec:
+@dataclass(frozen=True)
+class BenchmarkConfig:
     """
-    The registered task of that name.
+    A validated config.
 
-    :param name: The task name
-    :return: The task
+    :param name: Its label
+    :param tasks: Task names
+    :param methods: Method name -> its own hyperparameter overrides
+    :param seeds: Seeds of every task, or None for each suite's default count
+    :param protocol: The protocol
+    :param datasets: Suite -> the options of its dataset source (``source`` and the source's keys, defaults filled)
+    :param hyperparameters: Overrides for every method that has the argument
+    :param env: Env keyword arguments for every task that has them
+    :param execution: Execution settings
+    :param out: Results folder, if the config names one
+    :param dataset_cache: Cache folder of datasets, if the config names one
     """
-    _load_builtins()
-    if name not in _TASKS:
-        raise KeyError(f"unknown task {name!r}; valid tasks: {', '.join(task_names())}{_unavailable_note()}")
-    return _TASKS[name]
+
+    name: str
+    tasks: tuple[str, ...]
+    methods: dict[str, dict[str, Any]]
+    seeds: tuple[int, ...] | None
+    protocol: Protocol
+    datasets: dict[str, dict[str, Any]]
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    execution: Execution = field(default_factory=Execution)
+    out: str | None = None
+    dataset_cache: str | None = None
 
 
-def get_suite(name: str) -> SuiteSpec:
+@dataclass(frozen=True)
+class RunSpec:
     """
-    The registered suite of that name.
+    Everything one run needs, picklable for worker processes and Ray tasks.
 
-    :param name: The suite name
-    :return: The suite
+    :param task: Task name
+    :param suite: Its suite
+    :param domain: Its domain
+    :param method: Method name
+    :param seed: Seed
+    :param algorithm: ``module:ClassName`` of the algorithm
+    :param offline_phase: Whether the method pre-trains offline
+    :param hyperparameters: Every constructor argument a config may set, resolved
+    :param make_env: The task's env factory
+    :param env_kwargs: Its keyword arguments, resolved
+    :param protocol: The protocol
+    :param dataset: The dataset source's options (what the results record)
+    :param run_dir: The run's folder
+    :param torch_threads: ``torch.set_num_threads`` in the run
+    :param device: Torch device
+    :param offline_data: Where the prepared offline data lives (set once datasets are prepared)
     """
-    _load_builtins()
-    if name not in _SUITES:
-        raise KeyError(f"unknown suite {name!r}; valid suites: {', '.join(sorted(_SUITES))}")
-    return _SUITES[name]
 
+    task: str
+    suite: str
+    domain: str
+    method: str
+    seed: int
+    algorithm: str
+    offline_phase: bool
+    hyperparameters: dict[str, Any]
+    make_env: Callable[..., Any]
+    env_kwargs: dict[str, Any]
+    protocol: Protocol
+    dataset: dict[str, Any]
+    run_dir: str
+    torch_threads: int = 1
+    device: str = "auto"
+    offline_data: OfflineData | None = None
 
-def task_names() -> list[str]:
-    """Every registered task name, in registration order."""
-    _load_builtins()
-    return list(_TASKS)
+    @property
+    def name(self) -> str:
+        """``<task>/<method>/seed<k>``, the run's folder under the results folder."""
+        return f"{self.task}/{self.method}/seed{self.seed}"
 
+    @property
+    def offline_steps(self) -> int:
+        """Offline gradient steps this run takes (0 without an offline phase)."""
+        return self.protocol.offline_steps if self.offline_phase else 0
 
-def unavailable_suites() -> dict[str, str]:
-    """Built-in suites whose modules do not import, with the reason."""
-    _load_builtins()
-    from benchmarks import suites
-
-    return dict(suites.UNAVAILABLE)
+    def record(self) -> dict[str, Any]:
+        """
+        What defines the run's results, as saved in its folder and compared when it is resumed. The official files'
+        folder is left out: the same files may be mounted elsewhere on another machine.
+        """
+        return {
+            "task": self.task,
+            "suite": self.suite,
+            "domain": self.domain,
+            "method": self.method,
+            "seed": self.seed,
+            "algorithm": self.algorithm,
+            "offline_phase": self.offline_phase,
+            "hyperparameters": self.hyperparameters,
+            "env_kwargs": self.env_kwargs,
+            "protocol": vars(self.protocol),
+            "dataset": {key: value for key, value in self.dataset.items() if key != "directory"},
+        }
 
 
 def expand_path(path: str | os.PathLike) -> Path:
@@ -213,23 +309,3 @@ def expand_path(path: str | os.PathLike) -> Path:
     :return: The expanded path
     """
     return Path(os.path.expandvars(os.path.expanduser(str(path))))
-
-
-def _unavailable_note() -> str:
-    """What an unknown-task message adds about suites that could not be loaded."""
-    unavailable = unavailable_suites()
-    return "".join(f"; suite {name} unavailable: {reason}" for name, reason in unavailable.items())
-
-
-def _load_builtins() -> None:
-    """Register the built-in suites and tasks once."""
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from benchmarks import suites
-
-    for suite in suites.builtin_suites():
-        _SUITES[suite.name] = suite
-    for task in suites.builtin_tasks():
-        _TASKS[task.name] = task

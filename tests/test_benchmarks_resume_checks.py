@@ -11,9 +11,10 @@ import pytest
 import torch as th
 
 from benchmarks.checkpoints import CheckpointError
-from benchmarks.config import ConfigError, load_config, plan_runs
+from benchmarks.config import ConfigError, load_config
 from benchmarks.datasets import prepare_datasets
 from benchmarks.methods import constructor_arguments
+from benchmarks.planning import plan_runs
 from benchmarks.run import main, run_benchmark
 from benchmarks.runs import DamagedRunError, RunConflictError, execute_run
 from qc_sb3 import QC
