@@ -14,9 +14,10 @@ import torch as th
 
 from benchmarks.config import load_config
 from benchmarks.datasets import prepare_datasets
+from benchmarks.evaluations import EVAL_COLUMNS
 from benchmarks.locks import FolderBusyError, folder_lock
 from benchmarks.planning import plan_runs
-from benchmarks.runs import EVAL_COLUMNS, execute_run
+from benchmarks.runs import execute_run
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 
