@@ -31,7 +31,7 @@ def register_suite(suite: SuiteSpec, overwrite: bool = False) -> None:
 
 def register_task(task: TaskSpec, overwrite: bool = False) -> None:
     """
-    Add a task to the registry; its suite must be registered.
+    Add a task to the registry; its suite must be registered and declare the settings of the task's domain.
 
     :param task: The task
     :param overwrite: Replace a task of the same name instead of raising
@@ -41,6 +41,12 @@ def register_task(task: TaskSpec, overwrite: bool = False) -> None:
         raise ValueError(f"task {task.name!r} names an unregistered suite {task.suite!r}; known suites: {sorted(_SUITES)}")
     if task.name in _TASKS and not overwrite:
         raise ValueError(f"task {task.name!r} is already registered")
+    declared = _SUITES[task.suite].domain_settings
+    if task.domain not in declared:
+        raise ValueError(
+            f"task {task.name!r} has the domain {task.domain!r}, for which its suite {task.suite!r} declares no "
+            f"per-domain settings (domain_settings[{task.domain!r}]); its domains: {', '.join(declared) or '(none)'}"
+        )
     _TASKS[task.name] = task
 
 

@@ -74,7 +74,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for neighbour in sorted(graph[node]):
             if state.get(neighbour) == "open":
-                return path[path.index(neighbour) :] + [neighbour]
+                return [*path[path.index(neighbour) :], neighbour]
             if neighbour not in state and (cycle := visit(neighbour)) is not None:
                 return cycle
         state[node] = "done"
