@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from benchmarks.config import Execution, RunSpec
 from benchmarks.runs import execute_run_safely
+from benchmarks.specs import Execution, RunSpec
 
 # Seconds between two progress refreshes of the parent.
 POLL_INTERVAL = 1.0

@@ -2,10 +2,9 @@
 
 Everything the paper keeps fixed across methods (batch 256, 4 x 512 networks, Adam 3e-4, K, T, tau, gamma, updates
 from 5000 online steps on, ...) is the algorithms' constructor defaults, so a method only states how it differs:
-its algorithm, its flags (chunk length, ``action_chunking``, ``bc_alpha``) and its per-domain alpha or N.
-
-Per-domain values the paper does not give: cube-single takes cube-double's (the closest domain); a domain that is
-not the paper's (a registered toy task) takes the constructor defaults.
+its algorithm, its flags (chunk length, ``action_chunking``, ``bc_alpha``) and which of its arguments take a
+per-domain value (alpha or N). Those values are declared by each suite (:mod:`benchmarks.suites`), for each of its
+domains; a domain without one is an error naming the missing key, never a silent fallback to the defaults.
 """
 
 from __future__ import annotations
@@ -19,53 +18,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from benchmarks.specs import SuiteSpec
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
-# docs/algorithms.md §4: N of best-of-N for QC (32; puzzle-3x3 64; robomimic 16).
-# cube-single is not in the paper: it takes cube-double's.
-QC_NUM_SAMPLES: dict[str, int] = {
-    "cube-single": 32,
-    "cube-double": 32,
-    "cube-triple": 32,
-    "cube-quadruple": 32,
-    "scene": 32,
-    "puzzle-3x3": 64,
-    "robomimic": 16,
-}
 # docs/algorithms.md §4: BFN and BFN-n sample N = 4 in every domain.
 BFN_NUM_SAMPLES = 4
-# docs/algorithms.md §4: alpha of QC-FQL
-# (scene, puzzle-3x3, cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000).
-QC_FQL_ALPHA: dict[str, float] = {
-    "cube-single": 300.0,
-    "cube-double": 300.0,
-    "cube-triple": 100.0,
-    "cube-quadruple": 100.0,
-    "scene": 300.0,
-    "puzzle-3x3": 300.0,
-    "robomimic": 10000.0,
-}
-# docs/algorithms.md §4: alpha of FQL (300; puzzle-3x3 100; robomimic 10000).
-FQL_ALPHA: dict[str, float] = {
-    "cube-single": 300.0,
-    "cube-double": 300.0,
-    "cube-triple": 300.0,
-    "cube-quadruple": 300.0,
-    "scene": 300.0,
-    "puzzle-3x3": 100.0,
-    "robomimic": 10000.0,
-}
-# docs/algorithms.md §4: alpha of FQL-n (100; robomimic 10000).
-FQL_N_ALPHA: dict[str, float] = {
-    "cube-single": 100.0,
-    "cube-double": 100.0,
-    "cube-triple": 100.0,
-    "cube-quadruple": 100.0,
-    "scene": 100.0,
-    "puzzle-3x3": 100.0,
-    "robomimic": 10000.0,
-}
 
 # Constructor arguments the runner sets itself; a config may not override them.
 RUNNER_ARGUMENTS: dict[str, str] = {
@@ -89,7 +47,8 @@ class MethodSpec:
     :param name: The name configs use (the paper's)
     :param algorithm: The algorithm class
     :param flags: Constructor arguments that define the method (chunk length, ``action_chunking``, ``bc_alpha``)
-    :param per_domain: Constructor argument name -> {domain: value}, the paper's per-domain settings
+    :param per_domain: Constructor arguments whose value depends on the domain; every suite declares them for each
+        of its domains (``SuiteSpec.domain_settings``)
     :param offline_phase: Whether the method pre-trains offline (False for the RLPD family: the offline data only
         seeds the buffer)
     """
@@ -97,7 +56,7 @@ class MethodSpec:
     name: str
     algorithm: type[ChunkedOffPolicyAlgorithm]
     flags: Mapping[str, Any] = field(default_factory=dict)
-    per_domain: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    per_domain: tuple[str, ...] = ()
     offline_phase: bool = True
 
     @property
@@ -126,17 +85,18 @@ class MethodSpec:
         """
         self.algorithm("MlpPolicy", _DummyEnv(), device="cpu", verbose=0, **hyperparameters)
 
-    def paper_settings(self, domain: str) -> dict[str, Any]:
+    def paper_settings(self, suite: SuiteSpec, domain: str) -> dict[str, Any]:
         """
         The method's settings in a domain, on top of the constructor defaults.
 
+        :param suite: The suite of the task
         :param domain: The task's domain
-        :return: The method's flags and its per-domain values (none for a domain the paper does not have)
+        :return: The method's flags and its per-domain values, as the suite declares them
+        :raises LookupError: Naming the key, if the suite does not declare one of the per-domain values
         """
         settings = dict(self.flags)
-        for name, by_domain in self.per_domain.items():
-            if domain in by_domain:
-                settings[name] = by_domain[domain]
+        for argument in self.per_domain:
+            settings[argument] = suite.domain_setting(domain, self.name, argument)
         return settings
 
 
@@ -150,17 +110,38 @@ class _DummyEnv(gym.Env):
 METHODS: dict[str, MethodSpec] = {
     method.name: method
     for method in (
-        MethodSpec("QC", QC, {"chunk_size": 5}, {"actor_num_samples": QC_NUM_SAMPLES}),
-        MethodSpec("QC-FQL", QCFQL, {"chunk_size": 5}, {"alpha": QC_FQL_ALPHA}),
+        MethodSpec("QC", QC, {"chunk_size": 5}, ("actor_num_samples",)),
+        MethodSpec("QC-FQL", QCFQL, {"chunk_size": 5}, ("alpha",)),
         MethodSpec("BFN", QC, {"chunk_size": 1, "actor_num_samples": BFN_NUM_SAMPLES}),
         MethodSpec("BFN-n", QC, {"chunk_size": 5, "action_chunking": False, "actor_num_samples": BFN_NUM_SAMPLES}),
-        MethodSpec("FQL", QCFQL, {"chunk_size": 1}, {"alpha": FQL_ALPHA}),
-        MethodSpec("FQL-n", QCFQL, {"chunk_size": 5, "action_chunking": False}, {"alpha": FQL_N_ALPHA}),
+        MethodSpec("FQL", QCFQL, {"chunk_size": 1}, ("alpha",)),
+        MethodSpec("FQL-n", QCFQL, {"chunk_size": 5, "action_chunking": False}, ("alpha",)),
         MethodSpec("RLPD", RLPD, {"chunk_size": 1}, offline_phase=False),
         MethodSpec("RLPD-AC", RLPD, {"chunk_size": 5}, offline_phase=False),
         MethodSpec("QC-RLPD", RLPD, {"chunk_size": 5, "bc_alpha": 0.01}, offline_phase=False),
     )
 }
+
+
+def paper_domain_settings(
+    qc_num_samples: int, qc_fql_alpha: float, fql_alpha: float, fql_n_alpha: float
+) -> dict[str, dict[str, Any]]:
+    """
+    One domain's entry of ``SuiteSpec.domain_settings`` for the paper's methods: every ``per_domain`` argument of
+    :data:`METHODS`, named as the paper's tables name them.
+
+    :param qc_num_samples: N of QC's best-of-N
+    :param qc_fql_alpha: Alpha of QC-FQL
+    :param fql_alpha: Alpha of FQL
+    :param fql_n_alpha: Alpha of FQL-n
+    :return: Method name -> its per-domain constructor arguments
+    """
+    return {
+        "QC": {"actor_num_samples": qc_num_samples},
+        "QC-FQL": {"alpha": qc_fql_alpha},
+        "FQL": {"alpha": fql_alpha},
+        "FQL-n": {"alpha": fql_n_alpha},
+    }
 
 
 def get_method(name: str) -> MethodSpec:

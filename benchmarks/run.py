@@ -23,13 +23,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.config import ConfigError, Execution, RunSpec, default_dataset_cache, load_config, plan_runs, read_config_data
+from benchmarks.config import ConfigError, load_config, read_config_data
 from benchmarks.datasets import prepare_datasets
+from benchmarks.evaluations import DamagedRunError
 from benchmarks.executors import local_workers, run_in_process, run_local_pool, run_on_ray
 from benchmarks.locks import folder_lock
+from benchmarks.planning import default_dataset_cache, plan_runs
 from benchmarks.progress import ProgressMonitor
 from benchmarks.report import write_report
-from benchmarks.runs import DamagedRunError, RunConflictError, check_run_folder, execute_run_safely, is_done
+from benchmarks.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
+from benchmarks.specs import Execution, RunSpec
 
 DEFAULT_RESULTS_ROOT = "results"
 

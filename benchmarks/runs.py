@@ -5,8 +5,8 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 * ``config.json``: the resolved run (task, method, seed, every hyperparameter, env keyword arguments, protocol,
   dataset source); a run whose folder holds a different one is refused;
 * ``versions.json``: the package versions of each session that worked on the run;
-* ``eval.csv``: one row per evaluation (:data:`EVAL_COLUMNS`); ``step`` is the paper's x-axis: offline gradient
-  steps, then the offline budget plus online env steps;
+* ``eval.csv``: one row per evaluation (:mod:`benchmarks.evaluations`); ``step`` is the paper's x-axis: offline
+  gradient steps, then the offline budget plus online env steps;
 * ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
   ``train/*`` and ``rollout/*`` at x = env steps) and ``eval/*``;
 * ``checkpoints/``: the latest checkpoint (:mod:`benchmarks.checkpoints`);
@@ -31,27 +31,21 @@ run fails with a message saying so, and the other runs go on.
 
 from __future__ import annotations
 
-import csv
 import importlib
-import io
 import json
 import platform
 import time
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv
 
 from benchmarks.atomic import read_json, write_json, write_text
 from benchmarks.checkpoints import (
@@ -62,21 +56,32 @@ from benchmarks.checkpoints import (
     restore_checkpoint,
     save_checkpoint,
 )
-from benchmarks.config import RunSpec
 from benchmarks.datasets import open_offline_data
+from benchmarks.evaluations import (
+    EVAL_FILE,
+    DamagedRunError,
+    EvaluationPoint,
+    check_rows,
+    evaluation_env,
+    evaluation_points,
+    evaluation_row,
+    final_successes,
+    log_evaluation,
+    read_rows,
+    write_rows,
+)
 from benchmarks.locks import FolderBusyError, folder_lock
 from benchmarks.methods import constructor_arguments
 from benchmarks.progress import ProgressWriter
+from benchmarks.specs import RunSpec
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success
 
 CONFIG_FILE = "config.json"
 VERSIONS_FILE = "versions.json"
-EVAL_FILE = "eval.csv"
 DONE_FILE = "DONE"
 ERROR_FILE = "error.txt"
-EVAL_COLUMNS = ("step", "phase", "success", "return", "length", "offline_steps", "env_steps", "gradient_steps", "wall_time")
 PACKAGES = ("qc_sb3", "torch", "stable_baselines3", "gymnasium", "minari", "numpy", "ogbench", "mujoco", "robosuite")
 # Offline gradient steps between two progress updates.
 OFFLINE_PIECE = 1000
@@ -88,46 +93,6 @@ RunHook = Callable[[str, RunSpec], None]
 
 class RunConflictError(RuntimeError):
     """A run folder holds the results of a different configuration."""
-
-
-class DamagedRunError(RuntimeError):
-    """A run folder whose records cannot be trusted (unreadable config, evaluation rows lost)."""
-
-
-@dataclass(frozen=True)
-class EvaluationPoint:
-    """
-    One scheduled evaluation.
-
-    :param phase: ``offline`` or ``online``
-    :param phase_step: Steps of the phase done when it is taken
-    """
-
-    phase: str
-    phase_step: int
-
-
-def evaluation_points(run: RunSpec) -> list[EvaluationPoint]:
-    """
-    The evaluations of a run, in order: every ``eval_interval`` steps of each phase (whose last is the phase's
-    end), plus one before training with ``eval_at_start``.
-
-    :param run: The run
-    :return: The points
-    """
-    protocol = run.protocol
-    points = []
-    if protocol.eval_at_start:
-        points.append(EvaluationPoint("offline" if run.offline_steps else "online", 0))
-    points += [
-        EvaluationPoint("offline", step)
-        for step in range(protocol.eval_interval, run.offline_steps + 1, protocol.eval_interval)
-    ]
-    points += [
-        EvaluationPoint("online", step)
-        for step in range(protocol.eval_interval, protocol.online_steps + 1, protocol.eval_interval)
-    ]
-    return points
 
 
 def package_versions() -> dict[str, str]:
@@ -195,7 +160,7 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
     if is_done(run):
         # Nothing is written: a finished run's folder stays as it is. Its results must be this config's, though.
         check_run_folder(run)
-        return {"run": run.name, "status": "skipped", **_final_successes(run_dir)}
+        return {"run": run.name, "status": "skipped", **final_successes(run_dir)}
     with ExitStack() as stack:
         try:
             stack.enter_context(folder_lock(run_dir))
@@ -217,7 +182,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     run_dir = Path(run.run_dir)
     check_run_folder(run)
     if is_done(run):  # finished by another runner since this one looked
-        return {"run": run.name, "status": "skipped", **_final_successes(run_dir)}
+        return {"run": run.name, "status": "skipped", **final_successes(run_dir)}
     points = evaluation_points(run)
     progress = ProgressWriter(run_dir, run.name, run.offline_steps + run.protocol.online_steps)
     th.set_num_threads(run.torch_threads)
@@ -228,13 +193,13 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     env = run.make_env(seed=run.seed, **run.env_kwargs)
     try:
         checkpoint = latest_checkpoint(run_dir)
-        rows = _read_rows(run_dir / EVAL_FILE)
+        rows = read_rows(run_dir / EVAL_FILE)
         if checkpoint is None:
             model = _new_model(run, env)
             state = CheckpointState("offline", 0, 0, 0, 0.0)
         else:
             folder, state = checkpoint
-            _check_rows(run, points, rows, state)
+            check_rows(run, points, rows, state)
             model = _resumed_model(run, env, folder)
     except BaseException:
         env.close()
@@ -243,22 +208,22 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     earlier_wall_time = state.wall_time
     # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.
     rows = rows[: state.evaluations_done]
-    _write_rows(run_dir / EVAL_FILE, rows)
+    write_rows(run_dir / EVAL_FILE, rows)
     loggers = {phase: _tensorboard_logger(run_dir, phase) for phase in ("offline", "online")}
     try:
         for index in range(state.evaluations_done, len(points)):
             point = points[index]
             model.set_logger(loggers[point.phase])
             _advance(model, run, point, progress)
-            eval_env = _evaluation_env(run, index)
+            eval_env = evaluation_env(run, index)
             try:
                 results = evaluate_success(model, eval_env, run.protocol.eval_episodes, warn=False)
             finally:
                 eval_env.close()
             wall_time = earlier_wall_time + time.monotonic() - session_start
-            rows.append(_row(run, point, model, results, wall_time))
-            _write_rows(run_dir / EVAL_FILE, rows)
-            _log_evaluation(model.logger, results, model, point)
+            rows.append(evaluation_row(run, point, model, results, wall_time))
+            write_rows(run_dir / EVAL_FILE, rows)
+            log_evaluation(model.logger, results, model, point)
             progress.update(
                 point.phase,
                 point.phase_step,
@@ -277,7 +242,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
         for logger in loggers.values():
             logger.close()
         env.close()
-    summary = {"run": run.name, "status": "done", **_final_successes(run_dir), "wall_time": state.wall_time}
+    summary = {"run": run.name, "status": "done", **final_successes(run_dir), "wall_time": state.wall_time}
     write_json(run_dir / DONE_FILE, {"finished": _now(), **summary})
     progress.finish("done")
     return summary
@@ -403,90 +368,3 @@ class _OnlineProgress(BaseCallback):
         model: Any = self.model
         self.progress.update("online", model.num_timesteps, self.phase_steps, _steps_done(model))
         return True
-
-
-def _evaluation_env(run: RunSpec, index: int) -> DummyVecEnv:
-    """A fresh evaluation env whose episodes depend only on the run's seed and the evaluation's index."""
-    seed = int(np.random.SeedSequence([run.seed, index]).generate_state(1)[0])
-    env = DummyVecEnv([lambda: Monitor(run.make_env(seed=None, **run.env_kwargs))])
-    env.seed(seed)
-    return env
-
-
-def _plot_step(run: RunSpec, point: EvaluationPoint) -> int:
-    """The paper's x-axis: offline gradient steps, then the offline budget plus online env steps."""
-    return point.phase_step if point.phase == "offline" else run.protocol.offline_steps + point.phase_step
-
-
-def _check_rows(run: RunSpec, points: list[EvaluationPoint], rows: list[dict[str, Any]], state: CheckpointState) -> None:
-    """
-    Refuse to resume when the evaluation CSV lacks rows the checkpoint has done, or its rows are not the run's
-    scheduled evaluations: those evaluations cannot be taken again (only the latest checkpoint is kept).
-    """
-    done = state.evaluations_done
-    complete = 0
-    for row, point in zip(rows[:done], points, strict=False):
-        if any(row.get(column) in (None, "") for column in EVAL_COLUMNS) or (row["step"], row["phase"]) != (
-            str(_plot_step(run, point)),
-            point.phase,
-        ):
-            break
-        complete += 1
-    last = rows[done - 1] if complete == done and done > 0 else None
-    counters_match = last is None or (last["offline_steps"], last["env_steps"]) == (
-        str(state.offline_steps_done),
-        str(state.num_timesteps),
-    )
-    if complete < done or not counters_match:
-        found = f"{complete} complete row(s) matching its schedule" if counters_match else "a last row of other counters"
-        raise DamagedRunError(
-            f"{Path(run.run_dir) / EVAL_FILE} has {found}, but the checkpoint records {done} evaluation(s) (up to "
-            f"{state.offline_steps_done} offline steps, {state.num_timesteps} env steps): rows were lost or changed, "
-            f"and only the latest checkpoint is kept to evaluate again; delete {run.run_dir} to run it again"
-        )
-
-
-def _row(
-    run: RunSpec, point: EvaluationPoint, model: ChunkedOffPolicyAlgorithm, results: dict[str, float], wall_time: float
-) -> dict[str, Any]:
-    return {
-        "step": _plot_step(run, point),
-        "phase": point.phase,
-        "success": results["success"],
-        "return": results["return"],
-        "length": results["length"],
-        "offline_steps": model.offline_steps_done,
-        "env_steps": model.num_timesteps,
-        "gradient_steps": model._n_updates,
-        "wall_time": round(wall_time, 3),
-    }
-
-
-def _log_evaluation(
-    logger: Logger, results: dict[str, float], model: ChunkedOffPolicyAlgorithm, point: EvaluationPoint
-) -> None:
-    for name, value in results.items():
-        logger.record(f"eval/{name}", value)
-    logger.dump(step=model.offline_steps_done if point.phase == "offline" else model.num_timesteps)
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    with path.open(newline="", encoding="utf-8") as file:
-        return list(csv.DictReader(file))
-
-
-def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=EVAL_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(path, buffer.getvalue())
-
-
-def _final_successes(run_dir: Path) -> dict[str, float | None]:
-    """Success at the end of each phase, from the evaluation CSV."""
-    rows = _read_rows(run_dir / EVAL_FILE)
-    last = {row["phase"]: float(row["success"]) for row in rows}
-    return {"offline_success": last.get("offline"), "online_success": last.get("online")}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.config import ConfigError, load_config, plan_runs
+from benchmarks.config import ConfigError, load_config
+from benchmarks.planning import plan_runs
 from benchmarks.run import main, run_benchmark
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch as th
 
-from benchmarks.config import load_config, plan_runs
+from benchmarks.config import load_config
 from benchmarks.datasets import prepare_datasets
+from benchmarks.evaluations import EVAL_COLUMNS
 from benchmarks.locks import FolderBusyError, folder_lock
-from benchmarks.runs import EVAL_COLUMNS, execute_run
+from benchmarks.planning import plan_runs
+from benchmarks.runs import execute_run
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 

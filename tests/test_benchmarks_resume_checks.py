@@ -11,11 +11,13 @@ import pytest
 import torch as th
 
 from benchmarks.checkpoints import CheckpointError
-from benchmarks.config import ConfigError, load_config, plan_runs
+from benchmarks.config import ConfigError, load_config
 from benchmarks.datasets import prepare_datasets
+from benchmarks.evaluations import DamagedRunError
 from benchmarks.methods import constructor_arguments
+from benchmarks.planning import plan_runs
 from benchmarks.run import main, run_benchmark
-from benchmarks.runs import DamagedRunError, RunConflictError, execute_run
+from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3 import QC
 
 from test_benchmarks_toys import make_point_reach, register_toy_suite, toy_config, write_config

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.config import load_config, plan_runs
+from benchmarks.config import load_config
 from benchmarks.datasets import prepare_datasets
+from benchmarks.evaluations import EVAL_COLUMNS
+from benchmarks.planning import plan_runs
 from benchmarks.run import run_benchmark
-from benchmarks.runs import EVAL_COLUMNS, RunConflictError, execute_run
+from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config

@@ -12,7 +12,9 @@ import gymnasium as gym
 import numpy as np
 import yaml
 
-from benchmarks.tasks import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec, register_suite, register_task
+from benchmarks.methods import paper_domain_settings
+from benchmarks.specs import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec
+from benchmarks.tasks import register_suite, register_task
 
 from toy_tasks import PointReachEnv, scripted_demonstrations
 
@@ -55,6 +57,8 @@ TOY_SUITE = SuiteSpec(
     check_official=_check_official,
     prepare_official=_prepare_official,
     prepare_generated=_prepare_generated,
+    # The constructor defaults: the toy domain is not the paper's.
+    domain_settings={"toy": paper_domain_settings(qc_num_samples=32, qc_fql_alpha=100.0, fql_alpha=100.0, fql_n_alpha=100.0)},
 )
 
 
