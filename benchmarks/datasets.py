@@ -1,7 +1,9 @@
-"""Offline data of the runs: prepared once in the parent process (generated, converted, cached), opened in each run.
+"""Offline data of the runs: prepared once in the parent process (generated, converted, cached), read in each run.
 
 Every task's data is prepared before any run starts, one task at a time, so that runs and seeds sharing a dataset
-never race to generate or convert it; each suite caches what it makes (:mod:`benchmarks.cache`).
+never race to generate or convert it; each suite caches what it makes (:mod:`benchmarks.cache`). A run carries its
+data as the algorithms' ``offline_dataset`` argument (a Minari dataset folder, or ``OfflineShards`` of folders),
+which the algorithm checks when it reads it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from benchmarks.specs import DatasetRequest, OfflineData, RunSpec
+from benchmarks.specs import DatasetRequest, RunSpec
 from benchmarks.tasks import get_suite, get_task
 from qc_sb3.common.datasets import OfflineShards
 
@@ -35,10 +35,10 @@ def prepare_datasets(
     :param workers: Processes a generator may use
     :param progress: Whether generators show progress bars
     :param log: Called with one line per dataset prepared
-    :return: The runs with ``offline_data`` set
+    :return: The runs with ``offline_dataset`` set
     """
     cache = Path(cache)
-    prepared: dict[str, OfflineData] = {}
+    prepared: dict[str, str | OfflineShards] = {}
     result = []
     for run in runs:
         key = json.dumps({"task": run.task, "dataset": run.dataset}, sort_keys=True)
@@ -53,25 +53,9 @@ def prepare_datasets(
                 log(f"dataset for {run.task}: {source} {_describe(run.dataset)}")
             request = DatasetRequest(task=task, options=run.dataset, cache=cache, workers=workers, progress=progress)
             prepared[key] = prepare(request)
-        result.append(replace(run, offline_data=prepared[key]))
+        result.append(replace(run, offline_dataset=prepared[key]))
     return result
 
 
 def _describe(options: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in options.items() if key != "source")
-
-
-def open_offline_data(data: OfflineData) -> Any:
-    """
-    The ``offline_dataset`` argument of the algorithms for prepared data.
-
-    :param data: Where the data lives
-    :return: An ``OfflineShards`` of Minari folders, a Minari folder path, or a mapping of arrays read from ``.npz``
-    """
-    if data.swap_interval is not None:
-        return OfflineShards(list(data.paths), swap_interval=data.swap_interval)
-    path = data.paths[0]
-    if path.endswith(".npz"):
-        with np.load(path) as arrays:
-            return {key: arrays[key] for key in arrays.files}
-    return path

@@ -56,7 +56,6 @@ from benchmarks.checkpoints import (
     restore_checkpoint,
     save_checkpoint,
 )
-from benchmarks.datasets import open_offline_data
 from benchmarks.evaluations import (
     EVAL_FILE,
     DamagedRunError,
@@ -277,7 +276,7 @@ def _algorithm(run: RunSpec) -> type[ChunkedOffPolicyAlgorithm]:
     return getattr(importlib.import_module(module), name)
 
 
-def _build_model(run: RunSpec, env: Any, offline_dataset: Any) -> ChunkedOffPolicyAlgorithm:
+def _build_model(run: RunSpec, env: Any, offline_dataset: str | OfflineShards | None) -> ChunkedOffPolicyAlgorithm:
     """The run's algorithm, built from its config (never from a file)."""
     return _algorithm(run)(
         "MlpPolicy",
@@ -292,18 +291,16 @@ def _build_model(run: RunSpec, env: Any, offline_dataset: Any) -> ChunkedOffPoli
 
 
 def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
-    return _build_model(run, env, open_offline_data(run.offline_data) if run.offline_data is not None else None)
+    return _build_model(run, env, run.offline_dataset)
 
 
 def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
     # Built without its offline data: the checkpoint's buffer holds the offline segment as it stood.
     model = _build_model(run, env, None)
     restore_checkpoint(model, folder)
-    if run.offline_data is not None and run.offline_data.swap_interval is not None:
+    if isinstance(run.offline_dataset, OfflineShards):
         # The buffer holds the current shard; the model needs the others for the swaps to come.
-        offline = open_offline_data(run.offline_data)
-        assert isinstance(offline, OfflineShards)
-        model.offline_dataset = offline
+        model.offline_dataset = run.offline_dataset
     # The constructor seeded the env with the run's seed: a resumed online phase starts its new episode from another.
     model.env.seed(run.seed + model.num_timesteps)
     _close_interrupted_episode(model)

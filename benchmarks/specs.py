@@ -1,8 +1,9 @@
 """The specs of the benchmark runner, plain frozen dataclasses that every other module of :mod:`benchmarks` reads.
 
 A *suite* (:mod:`benchmarks.suites`) turns a dataset source (official files in a directory, or "generate N episodes
-locally") into offline data for each of its tasks, and declares the paper's per-domain settings of its domains. A
-*task* names its suite, its *domain* (the unit of the paper's per-domain hyperparameters, e.g. ``cube-double`` or
+locally") into each of its tasks' offline data, in the form the algorithms' ``offline_dataset`` argument takes (a
+Minari dataset folder, or ``OfflineShards`` of folders), and declares the paper's per-domain settings of its domains.
+A *task* names its suite, its *domain* (the unit of the paper's per-domain hyperparameters, e.g. ``cube-double`` or
 ``robomimic``), an env factory and its default env keyword arguments. A config (:mod:`benchmarks.config`) is
 planned (:mod:`benchmarks.planning`) into one :class:`RunSpec` per run. This module imports nothing of
 :mod:`benchmarks`.
@@ -18,26 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-
-@dataclass(frozen=True)
-class OfflineData:
-    """
-    Where a run's offline data lives, as the run process opens it (see :func:`benchmarks.datasets.open_offline_data`).
-
-    :param paths: One Minari dataset folder, one ``.npz`` file of per-step arrays (the mapping format of
-        :func:`qc_sb3.common.datasets.load_offline_transitions`), or several Minari folders (shards)
-    :param swap_interval: For shards: offline gradient steps between two shard swaps (``OfflineShards``); None
-        for a single dataset
-    """
-
-    paths: tuple[str, ...]
-    swap_interval: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.paths:
-            raise ValueError("OfflineData needs at least one path")
-        if self.swap_interval is None and len(self.paths) != 1:
-            raise ValueError(f"several offline datasets are shards and need a swap_interval, got {len(self.paths)} paths")
+from qc_sb3.common.datasets import OfflineShards
 
 
 @dataclass(frozen=True)
@@ -95,8 +77,10 @@ class SuiteSpec:
     :param generate_options: Keys of a ``generate`` source besides ``source``
     :param check_official: ``check_official(task, options)`` raises ``ValueError`` naming what is missing (folder,
         files) for the task; called before any run starts
-    :param prepare_official: ``prepare_official(request) -> OfflineData``: convert (once, cached) the official files
-    :param prepare_generated: ``prepare_generated(request) -> OfflineData``: generate and convert (once, cached)
+    :param prepare_official: ``prepare_official(request)``: convert (once, cached) the official files and return the
+        algorithms' ``offline_dataset`` argument for them: a Minari dataset folder, or ``OfflineShards`` of folders
+    :param prepare_generated: ``prepare_generated(request)``: generate and convert (once, cached), and return the
+        same
     :param domain_settings: Domain -> method name -> the method's per-domain constructor arguments there (the
         paper's N, alpha, ...); every domain of the suite's tasks is a key, and each method's
         ``MethodSpec.per_domain`` arguments must be given: a missing one is an error, never a silent default
@@ -107,8 +91,8 @@ class SuiteSpec:
     official_options: Mapping[str, Option]
     generate_options: Mapping[str, Option]
     check_official: Callable[[TaskSpec, Mapping[str, Any]], None] | None
-    prepare_official: Callable[[DatasetRequest], OfflineData] | None
-    prepare_generated: Callable[[DatasetRequest], OfflineData] | None
+    prepare_official: Callable[[DatasetRequest], str | OfflineShards] | None
+    prepare_generated: Callable[[DatasetRequest], str | OfflineShards] | None
     domain_settings: Mapping[str, Mapping[str, Mapping[str, Any]]]
 
     def domain_setting(self, domain: str, method: str, argument: str) -> Any:
@@ -251,7 +235,8 @@ class RunSpec:
     :param run_dir: The run's folder
     :param torch_threads: ``torch.set_num_threads`` in the run
     :param device: Torch device
-    :param offline_data: Where the prepared offline data lives (set once datasets are prepared)
+    :param offline_dataset: The algorithms' ``offline_dataset`` argument for the prepared data, a Minari dataset
+        folder or ``OfflineShards`` of folders (set once datasets are prepared; the algorithms check it)
     """
 
     task: str
@@ -269,7 +254,7 @@ class RunSpec:
     run_dir: str
     torch_threads: int = 1
     device: str = "auto"
-    offline_data: OfflineData | None = None
+    offline_dataset: str | OfflineShards | None = None
 
     @property
     def name(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from benchmarks.planning import plan_runs
 from benchmarks.run import run_benchmark
 from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.datasets import OfflineShards
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 
@@ -162,6 +164,31 @@ def test_a_run_killed_in_the_offline_phase_resumes_to_the_uninterrupted_result(t
         assert th.equal(resumed[name], expected[name]), name
     sessions = json.loads((Path(run.run_dir) / "versions.json").read_text())["sessions"]
     assert [session["from_evaluation"] for session in sessions] == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def toy_shards(tmp_path_factory) -> OfflineShards:
+    """The toy data generated with seeds 0 and 1, as shards swapped every 7 offline steps."""
+    out = tmp_path_factory.mktemp("shards")
+    folders = [
+        prepared_run(out, datasets={"toy": {"source": "generate", "episodes": 10, "seed": seed}}).offline_dataset
+        for seed in (0, 1)
+    ]
+    return OfflineShards(folders, swap_interval=7)
+
+
+def test_a_run_on_shards_killed_in_the_offline_phase_resumes_to_the_uninterrupted_result(tmp_path, toy_shards):
+    reference = replace(prepared_run(tmp_path / "uninterrupted"), offline_dataset=toy_shards)
+    execute_run(reference)
+    run = replace(prepared_run(tmp_path / "killed"), offline_dataset=toy_shards)
+    with pytest.raises(Killed):
+        execute_run(run, hook=kill_at("checkpointed", 1))
+    assert execute_run(run)["status"] == "done"
+    # The resumed run swaps shards at offline steps 21, 28 and 35 as the uninterrupted one did.
+    assert without_wall_time(read_rows(Path(run.run_dir))) == without_wall_time(read_rows(Path(reference.run_dir)))
+    resumed, expected = final_parameters(run.run_dir), final_parameters(reference.run_dir)
+    for name in expected:
+        assert th.equal(resumed[name], expected[name]), name
 
 
 def test_rows_written_after_the_last_checkpoint_are_evaluated_again_once(tmp_path, uninterrupted):

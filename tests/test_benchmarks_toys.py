@@ -4,17 +4,23 @@ only (never in the library's registry), and small configs that run in seconds.""
 from __future__ import annotations
 
 import copy
+import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import minari
 import numpy as np
 import yaml
+from minari.data_collector import EpisodeBuffer
 
+from benchmarks.cache import cached, file_fingerprint
 from benchmarks.methods import paper_domain_settings
-from benchmarks.specs import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec
+from benchmarks.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec
 from benchmarks.tasks import register_suite, register_task
+from envs.minari_root import minari_root
 
 from toy_tasks import PointReachEnv, scripted_demonstrations
 
@@ -36,17 +42,51 @@ def _check_official(task: TaskSpec, options: Mapping[str, Any]) -> None:
         raise ValueError(f"{task.name} needs {str(path)!r}, which does not exist")
 
 
-def _prepare_official(request: DatasetRequest) -> OfflineData:
-    return OfflineData((str(Path(request.options["directory"]) / TOY_FILE),))
+def _write_minari(cache: Path, dataset_id: str, steps: Mapping[str, np.ndarray]) -> str:
+    """Write per-step arrays (the format of :func:`scripted_demonstrations`) as a Minari dataset; return its folder."""
+    ends = np.flatnonzero(steps["episode_end"]) + 1
+    buffers = []
+    for index, (start, stop) in enumerate(zip(np.r_[0, ends[:-1]], ends, strict=True)):
+        terminated = steps["terminated"][start:stop].astype(bool)
+        buffers.append(
+            EpisodeBuffer(
+                id=index,
+                observations=np.concatenate([steps["observations"][start:stop], steps["next_observations"][stop - 1 : stop]]),
+                actions=steps["actions"][start:stop],
+                rewards=steps["rewards"][start:stop],
+                terminations=terminated,
+                truncations=~terminated & (np.arange(start, stop) == stop - 1),
+            )
+        )
+    env = PointReachEnv()
+    with minari_root(cache / "minari") as root, warnings.catch_warnings():
+        # Minari warns about every metadata field left unset (author, code permalink, env spec, ...).
+        warnings.simplefilter("ignore", UserWarning)
+        shutil.rmtree(root / dataset_id, ignore_errors=True)  # an unrecorded, maybe partial, earlier attempt
+        minari.create_dataset_from_buffers(
+            dataset_id, buffers, observation_space=env.observation_space, action_space=env.action_space
+        )
+    return str(root / dataset_id)
 
 
-def _prepare_generated(request: DatasetRequest) -> OfflineData:
-    options = request.options
-    path = request.cache / "toy" / f"point-reach-e{options['episodes']}-s{options['seed']}.npz"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, **scripted_demonstrations(options["episodes"], seed=options["seed"], goal_fraction=0.5))
-    return OfflineData((str(path),))
+def _prepare_official(request: DatasetRequest) -> str:
+    path = Path(request.options["directory"]) / TOY_FILE
+
+    def build() -> str:
+        with np.load(path) as arrays:
+            return _write_minari(request.cache, "official/point-reach-v0", {key: arrays[key] for key in arrays.files})
+
+    return cached(request.cache, {"suite": "toy", "official": file_fingerprint(path)}, build)
+
+
+def _prepare_generated(request: DatasetRequest) -> str:
+    episodes, seed = request.options["episodes"], request.options["seed"]
+
+    def build() -> str:
+        steps = scripted_demonstrations(episodes, seed=seed, goal_fraction=0.5)
+        return _write_minari(request.cache, f"generated/point-reach-e{episodes}-s{seed}-v0", steps)
+
+    return cached(request.cache, {"suite": "toy", "generate": {"episodes": episodes, "seed": seed}}, build)
 
 
 TOY_SUITE = SuiteSpec(

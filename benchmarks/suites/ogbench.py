@@ -14,10 +14,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from benchmarks.cache import cached, file_fingerprint, short_digest
+from benchmarks.cache import cached, cached_file, file_fingerprint, short_digest
 from benchmarks.methods import paper_domain_settings
-from benchmarks.specs import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec, expand_path
+from benchmarks.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec, expand_path
 from envs.minari_root import minari_root
+from qc_sb3.common.datasets import OfflineShards
 
 # docs/algorithms.md §5: seeds per task in the paper.
 DEFAULT_SEEDS = 4
@@ -102,7 +103,7 @@ def _check_official(task: TaskSpec, options: Mapping[str, Any]) -> None:
         )
 
 
-def _prepare_official(request: DatasetRequest) -> OfflineData:
+def _prepare_official(request: DatasetRequest) -> str | OfflineShards:
     from envs.ogbench import convert_shards, convert_to_minari
 
     task, options, cache = request.task, request.options, request.cache
@@ -112,31 +113,31 @@ def _prepare_official(request: DatasetRequest) -> OfflineData:
     if path.is_dir():
         key["swap_interval"] = options["swap_interval"]
 
-        def build() -> OfflineData:
+        def build() -> str | OfflineShards:
             with minari_root(cache / "minari") as root:
                 ids = convert_shards(path, task.name, overwrite=True, progress=request.progress)
-            return OfflineData(tuple(str(root / dataset_id) for dataset_id in ids), options["swap_interval"])
+            return OfflineShards([str(root / dataset_id) for dataset_id in ids], swap_interval=options["swap_interval"])
 
     else:
 
-        def build() -> OfflineData:
+        def build() -> str | OfflineShards:
             dataset_id = f"official/{_stem(task.name)}-{short_digest(fingerprint)}-v0"
             with minari_root(cache / "minari") as root:
                 convert_to_minari(path, task.name, dataset_id=dataset_id, overwrite=True, progress=request.progress)
-            return OfflineData((str(root / dataset_id),))
+            return str(root / dataset_id)
 
     return cached(cache, key, build)
 
 
-def _prepare_generated(request: DatasetRequest) -> OfflineData:
+def _prepare_generated(request: DatasetRequest) -> str | OfflineShards:
     from envs.ogbench import convert_to_minari, generate_dataset
 
     task, options, cache = request.task, request.options, request.cache
     parameters = {key: options[key] for key in ("episodes", "episode_length", "seed")}
     tag = "e{episodes}-l{episode_length}-s{seed}".format(**parameters)
 
-    def generate() -> OfflineData:
-        train_path = generate_dataset(
+    def generate() -> Path:
+        return generate_dataset(
             task.dataset,
             episodes=parameters["episodes"],
             out_dir=cache / "ogbench" / f"{task.dataset}-{tag}",
@@ -147,16 +148,15 @@ def _prepare_generated(request: DatasetRequest) -> OfflineData:
             progress=request.progress,
             overwrite=True,
         )
-        return OfflineData((str(train_path),))
 
     # The play data is shared by the family's tasks; each task relabels it into its own Minari dataset.
-    play_data = cached(cache, {"suite": "ogbench", "dataset": task.dataset, "generate": parameters}, generate)
+    play_data = cached_file(cache, {"suite": "ogbench", "dataset": task.dataset, "generate": parameters}, generate)
 
-    def convert() -> OfflineData:
+    def convert() -> str:
         dataset_id = f"generated/{_stem(task.name)}-{tag}-v0"
         with minari_root(cache / "minari") as root:
-            convert_to_minari(play_data.paths[0], task.name, dataset_id=dataset_id, overwrite=True, progress=request.progress)
-        return OfflineData((str(root / dataset_id),))
+            convert_to_minari(play_data, task.name, dataset_id=dataset_id, overwrite=True, progress=request.progress)
+        return str(root / dataset_id)
 
     return cached(cache, {"suite": "ogbench", "task": task.name, "generate": parameters}, convert)
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from benchmarks.cache import cached, file_fingerprint, short_digest
 from benchmarks.methods import paper_domain_settings
-from benchmarks.specs import REQUIRED, DatasetRequest, OfflineData, Option, SuiteSpec, TaskSpec, expand_path
+from benchmarks.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec, expand_path
 from envs.minari_root import minari_root
 
 # docs/algorithms.md §5: seeds per task in the paper.
@@ -74,30 +74,30 @@ def _check_official(task: TaskSpec, options: Mapping[str, Any]) -> None:
         )
 
 
-def _prepare_official(request: DatasetRequest) -> OfflineData:
+def _prepare_official(request: DatasetRequest) -> str:
     from envs.robomimic import convert_to_minari
 
     task, cache = request.task, request.cache
     path = _official_path(task, request.options)
     fingerprint = file_fingerprint(path)
 
-    def build() -> OfflineData:
+    def build() -> str:
         dataset_id = f"official/{task.name}-{short_digest(fingerprint)}-v0"
         with minari_root(cache / "minari") as root:
             convert_to_minari(path, task.name, dataset_id=dataset_id, overwrite=True)
-        return OfflineData((str(root / dataset_id),))
+        return str(root / dataset_id)
 
     return cached(cache, {"suite": "robomimic", "task": task.name, "official": fingerprint}, build)
 
 
-def _prepare_generated(request: DatasetRequest) -> OfflineData:
+def _prepare_generated(request: DatasetRequest) -> str:
     from envs.robomimic import convert_to_minari, generate_demos
 
     task, options, cache = request.task, request.options, request.cache
     parameters = {key: options[key] for key in ("episodes", "seed")}
     tag = "e{episodes}-s{seed}".format(**parameters)
 
-    def build() -> OfflineData:
+    def build() -> str:
         hdf5_path = generate_demos(
             task.name,
             episodes=parameters["episodes"],
@@ -110,7 +110,7 @@ def _prepare_generated(request: DatasetRequest) -> OfflineData:
         dataset_id = f"generated/{task.name}-{tag}-v0"
         with minari_root(cache / "minari") as root:
             convert_to_minari(hdf5_path, task.name, dataset_id=dataset_id, overwrite=True)
-        return OfflineData((str(root / dataset_id),))
+        return str(root / dataset_id)
 
     return cached(cache, {"suite": "robomimic", "task": task.name, "generate": parameters}, build)
 
