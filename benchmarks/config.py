@@ -270,9 +270,7 @@ def _parse_protocol(problems: Problems, data: Any) -> Protocol:
 
 def _check_option(problems: Problems, where: str, value: Any, option: Option) -> None:
     kinds = option.kind if isinstance(option.kind, tuple) else (option.kind,)
-    if (int in kinds and is_int(value)) or (
-        float in kinds and isinstance(value, int | float) and not isinstance(value, bool)
-    ):
+    if (int in kinds and is_int(value)) or (float in kinds and isinstance(value, int | float) and not isinstance(value, bool)):
         if option.minimum is not None and value < option.minimum:
             problems.add(f"{where} must be >= {option.minimum}, got {value!r}")
         return
