@@ -12,6 +12,7 @@ import pytest
 import torch as th
 from torch import nn
 
+from qc_sb3.common.fast_inference import fused_euler
 from qc_sb3.common.networks import (
     MLP,
     CriticEnsemble,
@@ -383,7 +384,7 @@ def test_fused_euler_path_matches_a_hand_loop(flow_steps: int, hidden_dims: tupl
     observations, noise = th.randn(9, 4, generator=generator), th.randn(9, 3, generator=generator)
     noise_before = noise.clone()
     with th.no_grad():
-        assert field.fuses_euler(observations)
+        assert field.mlp._path(observations) == "fused"
         actions = euler_flow_actions(field, observations, noise, flow_steps)
     layers, _ = mlp_layers(field.mlp)
     expected = noise.double()
@@ -399,13 +400,13 @@ def test_fused_euler_is_only_taken_where_it_applies() -> None:
     observations = th.zeros(2, 3)
     plain, normed = FlowVectorField(3, 2, hidden_dims=(8,)), FlowVectorField(3, 2, hidden_dims=(8,), layer_norm=True)
     with th.no_grad():
-        assert plain.fuses_euler(observations)
-        assert not normed.fuses_euler(observations)  # LayerNorm cannot be fused into the matmul
-        assert not FlowVectorField(3, 2, hidden_dims=()).fuses_euler(observations)  # no hidden layer
-        assert not plain.fuses_euler(observations.double())
+        assert plain.mlp._path(observations) == "fused"
+        assert normed.mlp._path(observations) == "in_place"  # LayerNorm cannot be fused into the matmul
+        assert FlowVectorField(3, 2, hidden_dims=()).mlp._path(observations) == "plain"  # no hidden layer
+        assert plain.mlp._path(observations.double()) == "in_place"
         with pytest.raises(ValueError, match="flow_steps"):
-            plain.fused_euler(observations, th.zeros(2, 2), 0)
-    assert not plain.fuses_euler(observations)  # autograd on: the differentiable loop
+            fused_euler(plain, observations, th.zeros(2, 2), 0)
+    assert plain.mlp._path(observations) == "plain"  # autograd on: the differentiable loop
 
 
 # ---------------------------------------------------------------------------------------------------- best-of-N
