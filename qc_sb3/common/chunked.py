@@ -20,6 +20,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import configure_logger, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 
+from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import (
     OfflineShards,
@@ -34,7 +35,7 @@ from qc_sb3.common.datasets import (
 )
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.normalization import fit_vec_normalize
-from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
+from qc_sb3.common.policies import ActionQueueState
 
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
 
@@ -108,12 +109,12 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
     :param supported_action_spaces: The action spaces supported by the algorithm
     """
 
-    policy: ChunkPolicy
+    policy: ActorCriticChunkPolicy
     replay_buffer: ChunkReplayBuffer
 
     def __init__(
         self,
-        policy: str | type[ChunkPolicy],
+        policy: str | type[ActorCriticChunkPolicy],
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         buffer_size: int = 1_000_000,
@@ -197,6 +198,10 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
                 "`gymnasium.wrappers.FlattenObservation` (or SB3's `VecFlattenObservation` around a VecEnv)"
             )
         return wrapped
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        # The policy's state dict, then each optimizer, as the policy declares them.
+        return ["policy", *(f"policy.{name}" for name in self.policy_class.optimizer_names())], []
 
     def _setup_model(self) -> None:
         if self.offline_dataset is None and self.offline_dataset_source is not None:
@@ -391,7 +396,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :param progress_bar: Display a progress bar over the gradient steps
         :return: False if the callback stopped the phase
         """
-        policy: Any = self.policy
+        policy = self.policy
         for optimizer in policy.optimizers:
             update_learning_rate(optimizer, self.lr_schedule(self._current_progress_remaining))
         # What a callback that reads env-step locals finds: no episode ended during a gradient step.
@@ -439,7 +444,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self._offline_normalization_fitted = True
 
     def train(self, gradient_steps: int, batch_size: int = 256) -> None:
-        policy: Any = self.policy
+        policy = self.policy
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizers)
         step_losses = [self._gradient_step(batch_size) for _ in range(gradient_steps)]
@@ -454,7 +459,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         :param batch_size: Minibatch size
         :return: The losses of :meth:`_losses`, detached
         """
-        policy: Any = self.policy
+        policy = self.policy
         optimizers = policy.optimizers
         batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
         losses = self._losses(batch)
@@ -463,7 +468,7 @@ class ChunkedOffPolicyAlgorithm(OffPolicyAlgorithm):
         self._optimized_loss(losses).backward()
         # docs/algorithms.md §3: target update from the critic's weights before this step, as the reference does.
         # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
-        th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
+        th._foreach_lerp_(*policy.target_parameters(), self.tau)
         for optimizer in optimizers:
             optimizer.step()
         return {name: value.detach() for name, value in losses.items()}
