@@ -161,6 +161,14 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         """The target critic's state input: the observations through the target copy of the features extractor."""
         return self.extract_features(observations, self.features_extractor_target)  # type: ignore[return-value]
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A model saved before the target critic had its own extractor copy starts that copy from the online one.
+        online, target = f"{prefix}features_extractor.", f"{prefix}features_extractor_target."
+        if not any(key.startswith(target) for key in state_dict):
+            for key in [key for key in state_dict if key.startswith(online)]:
+                state_dict[target + key[len(online) :]] = state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def set_training_mode(self, mode: bool) -> None:
         self.features_extractor.train(mode)
         for name in self.optimized_modules:
