@@ -8,10 +8,12 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+import numpy as np
 import pytest
 import torch as th
 from torch import nn
 
+from qc_sb3.common.fast_inference import fused_euler
 from qc_sb3.common.networks import (
     MLP,
     CriticEnsemble,
@@ -22,6 +24,9 @@ from qc_sb3.common.networks import (
     euler_flow_actions,
     reference_init_,
 )
+from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
+
+from reference_math import Layers, critic_values, dense_layers, gelu_tanh, member_layers, mlp_layers, numpy_of
 
 # Forward passes run with autograd on, under no_grad and under inference_mode (the latter two share a fast path).
 GRAD_MODES = {"grad": th.enable_grad, "no_grad": th.no_grad, "inference_mode": th.inference_mode}
@@ -31,53 +36,9 @@ def grad_mode(name: str) -> AbstractContextManager:
     return GRAD_MODES[name]()
 
 
-def gelu_by_hand(x: th.Tensor) -> th.Tensor:
-    """Tanh-approximate GELU, written out: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return 0.5 * x * (1.0 + th.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def layer_norm_by_hand(x: th.Tensor, scale: th.Tensor, offset: th.Tensor) -> th.Tensor:
-    """LayerNorm over the last axis with eps 1e-6 and the biased variance, then the affine map."""
-    mean = x.mean(dim=-1, keepdim=True)
-    variance = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-    return (x - mean) / th.sqrt(variance + 1e-6) * scale + offset
-
-
-def mlp_by_hand(
-    x: th.Tensor, layers: list[tuple[th.Tensor, th.Tensor]], norms: list[tuple[th.Tensor, th.Tensor]] | None
-) -> th.Tensor:
-    """
-    Plain float64 MLP: for each hidden layer h @ W + b -> GELU -> [LayerNorm], then the last layer h @ W + b.
-
-    :param layers: ``(W (in, out), b (out,))`` per layer
-    :param norms: ``(scale, offset)`` per hidden layer, or None
-    """
-    h = x.double()
-    for i, (weight, bias) in enumerate(layers):
-        h = h @ weight.double() + bias.double()
-        if i < len(layers) - 1:
-            h = gelu_by_hand(h)
-            if norms is not None:
-                h = layer_norm_by_hand(h, norms[i][0].double(), norms[i][1].double())
-    return h
-
-
-def mlp_layers(mlp: MLP) -> tuple[list[tuple[th.Tensor, th.Tensor]], list[tuple[th.Tensor, th.Tensor]] | None]:
-    """Read an MLP's weights as ``(W (in, out), b)`` pairs and its LayerNorm parameters."""
-    layers = [(linear.weight.detach().T, linear.bias.detach()) for linear in mlp.linears]
-    norms = None if mlp.norms is None else [(norm.weight.detach(), norm.bias.detach()) for norm in mlp.norms]
-    return layers, norms
-
-
-def member_layers(
-    net: EnsembleMLP, k: int
-) -> tuple[list[tuple[th.Tensor, th.Tensor]], list[tuple[th.Tensor, th.Tensor]] | None]:
-    """Read member ``k`` of an ensemble as ``(W (in, out), b)`` pairs and its LayerNorm parameters."""
-    layers = [(weight.detach()[k], bias.detach()[k]) for weight, bias in zip(net.weights, net.biases, strict=True)]
-    if net.norm_weights is None or net.norm_biases is None:
-        return layers, None
-    norms = [(scale.detach()[k], offset.detach()[k]) for scale, offset in zip(net.norm_weights, net.norm_biases, strict=True)]
-    return layers, norms
+def mlp_by_hand(x: th.Tensor, layers: Layers, norms: Layers | None) -> th.Tensor:
+    """The float64 oracle's dense stack, Linear -> GELU(tanh) [-> LayerNorm] per hidden layer, on a torch batch."""
+    return th.from_numpy(dense_layers(numpy_of(x), layers, norms))
 
 
 def randomize_(module: nn.Module, generator: th.Generator, std: float = 0.3) -> None:
@@ -134,6 +95,19 @@ def test_ensemble_mlp_matches_per_member_hand_forward(layer_norm: bool, mode: st
         assert_close(out[k], mlp_by_hand(x, *member_layers(net, k)))
 
 
+@pytest.mark.parametrize("mode", GRAD_MODES)
+def test_rlpd_critic_is_the_ensemble_with_layer_norm_before_relu(mode: str) -> None:
+    generator = th.Generator().manual_seed(3)
+    th.manual_seed(3)
+    critic = LayerNormReLUCriticEnsemble(4, 3, hidden_dims=(16, 8), n_critics=3)
+    randomize_(critic, generator)
+    observations, actions = 3.0 * th.randn(6, 4, generator=generator), th.randn(6, 3, generator=generator)
+    with grad_mode(mode):
+        q = critic(observations, actions)
+    expected = [critic_values(critic, numpy_of(o), numpy_of(a)) for o, a in zip(observations, actions, strict=True)]
+    assert_close(q.T, th.from_numpy(np.array(expected)))
+
+
 def test_ensemble_mlp_parameter_layout() -> None:
     th.manual_seed(0)
     net = EnsembleMLP(4, 5, (7, 9), 2, layer_norm=True)
@@ -178,7 +152,7 @@ def test_layer_norm_eps_is_one_in_a_million(mode: str) -> None:
     with grad_mode(mode):
         out_mlp, out_net = mlp(x), net(x)
     layers, norms = mlp_layers(mlp)
-    assert gelu_by_hand(x.double() @ layers[0][0].double()).var(dim=-1, unbiased=False).max() < 1e-5
+    assert gelu_tanh(numpy_of(x) @ layers[0][0]).var(axis=-1).max() < 1e-5
     assert_close(out_mlp, mlp_by_hand(x, layers, norms), tol=1e-4)
     for k in range(2):
         assert_close(out_net[k], mlp_by_hand(x, *member_layers(net, k)), tol=1e-4)
@@ -383,7 +357,7 @@ def test_fused_euler_path_matches_a_hand_loop(flow_steps: int, hidden_dims: tupl
     observations, noise = th.randn(9, 4, generator=generator), th.randn(9, 3, generator=generator)
     noise_before = noise.clone()
     with th.no_grad():
-        assert field.fuses_euler(observations)
+        assert field.mlp._path(observations) == "fused"
         actions = euler_flow_actions(field, observations, noise, flow_steps)
     layers, _ = mlp_layers(field.mlp)
     expected = noise.double()
@@ -399,13 +373,13 @@ def test_fused_euler_is_only_taken_where_it_applies() -> None:
     observations = th.zeros(2, 3)
     plain, normed = FlowVectorField(3, 2, hidden_dims=(8,)), FlowVectorField(3, 2, hidden_dims=(8,), layer_norm=True)
     with th.no_grad():
-        assert plain.fuses_euler(observations)
-        assert not normed.fuses_euler(observations)  # LayerNorm cannot be fused into the matmul
-        assert not FlowVectorField(3, 2, hidden_dims=()).fuses_euler(observations)  # no hidden layer
-        assert not plain.fuses_euler(observations.double())
+        assert plain.mlp._path(observations) == "fused"
+        assert normed.mlp._path(observations) == "in_place"  # LayerNorm cannot be fused into the matmul
+        assert FlowVectorField(3, 2, hidden_dims=()).mlp._path(observations) == "plain"  # no hidden layer
+        assert plain.mlp._path(observations.double()) == "in_place"
         with pytest.raises(ValueError, match="flow_steps"):
-            plain.fused_euler(observations, th.zeros(2, 2), 0)
-    assert not plain.fuses_euler(observations)  # autograd on: the differentiable loop
+            fused_euler(plain, observations, th.zeros(2, 2), 0)
+    assert plain.mlp._path(observations) == "plain"  # autograd on: the differentiable loop
 
 
 # ---------------------------------------------------------------------------------------------------- best-of-N

@@ -10,7 +10,6 @@ import pytest
 import torch as th
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
-from test_rlpd import actor_mean_log_std
 from test_rlpd import make_model as make_rlpd_model
 
 from qc_sb3 import QC, QCFQL, RLPD
@@ -18,7 +17,7 @@ from qc_sb3.common.evaluation import evaluate_success
 from qc_sb3.common.flow_q import FlowQPolicy
 from qc_sb3.qc.policies import QCPolicy
 
-from reference_math import actor_action, best_of_n, numpy_of
+from reference_math import actor_action, best_of_n, numpy_of, sac_actor_mean_log_std
 from test_qc import OBS_DIM, make_env
 from test_qc import make_model as make_flow_model
 
@@ -41,7 +40,7 @@ def hand_deterministic_chunks(model) -> np.ndarray:
     chunks = []
     for observation in OBSERVATIONS.astype(np.float64):
         if isinstance(model, RLPD):
-            mean, _ = actor_mean_log_std(policy.actor, observation)
+            mean, _ = sac_actor_mean_log_std(policy.actor, observation)
             chunks.append(np.tanh(mean))
         elif isinstance(model, QCFQL):
             chunks.append(np.clip(actor_action(policy.actor, observation, np.zeros(policy.flat_action_dim)), -1, 1))

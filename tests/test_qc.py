@@ -347,7 +347,7 @@ def test_save_load_round_trip(cls, tmp_path):
     action, state = loaded.predict(observation)
     np.testing.assert_array_equal(action, expected)
     np.testing.assert_array_equal(state[0], expected_state[0])
-    for module in loaded._optimized_modules:
+    for module in loaded.policy.optimized_modules:
         saved = getattr(model.policy, module).optimizer.state_dict()["state"]
         restored = getattr(loaded.policy, module).optimizer.state_dict()["state"]
         th.testing.assert_close(restored[0]["exp_avg"], saved[0]["exp_avg"])

@@ -20,7 +20,7 @@ from stable_baselines3.common.monitor import Monitor
 from qc_sb3 import RLPD
 from qc_sb3.common.evaluation import evaluate_success
 
-from reference_math import layer_norm, numpy_of
+from reference_math import critic_values, numpy_of, sac_actor_mean_log_std, squashed_log_prob
 from test_qc import ACTION_DIM, EPISODE_LENGTH, OBS_DIM, make_env, offline_arrays
 from toy_tasks import PointReachEnv, scripted_demonstrations
 
@@ -44,46 +44,6 @@ def make_model(**kwargs) -> RLPD:
     return model
 
 
-# An independent float64 NumPy version of the networks and distribution, one member and one sample at a time.
-
-
-def critic_values(critic, observation: np.ndarray, action: np.ndarray) -> np.ndarray:
-    """docs/algorithms.md §4: Q_k(s, a) per member k, each hidden layer Linear -> LayerNorm -> ReLU; shape (K,)."""
-    assert critic.norm_weights[0].shape[0] == critic.n_critics
-    x = np.concatenate([observation, action])
-    values = []
-    for k in range(critic.n_critics):
-        h = x
-        for i in range(len(critic.weights)):
-            h = h @ numpy_of(critic.weights[i][k]) + numpy_of(critic.biases[i][k])
-            if i < len(critic.weights) - 1:
-                h = layer_norm(h, numpy_of(critic.norm_weights[i][k]), numpy_of(critic.norm_biases[i][k]))
-                h = np.maximum(h, 0.0)
-        values.append(h[0])
-    return np.array(values)
-
-
-def actor_mean_log_std(actor, observation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """SB3's SAC actor: ReLU MLP, then a mean head and a log-std head clipped to [-20, 2]."""
-    h = observation
-    for layer in actor.latent_pi:
-        h = numpy_of(layer.weight) @ h + numpy_of(layer.bias) if isinstance(layer, th.nn.Linear) else np.maximum(h, 0)
-    mean = numpy_of(actor.mu.weight) @ h + numpy_of(actor.mu.bias)
-    log_std = np.clip(numpy_of(actor.log_std.weight) @ h + numpy_of(actor.log_std.bias), -20.0, 2.0)
-    return mean, log_std
-
-
-def squashed_log_prob(mean: np.ndarray, log_std: np.ndarray, u: np.ndarray) -> float:
-    """
-    log N(u; mean, std) - sum log(1 - tanh(u)^2) for a = tanh(u), the reference's exact change of variables.
-
-    1 - tanh(u)^2 = 1 / cosh(u)^2, so its log is 2 log 2 - 2 log(e^u + e^-u): finite in float64 for any u.
-    """
-    gaussian = -0.5 * ((u - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
-    log_det = 2 * np.log(2.0) - 2 * np.logaddexp(u, -u)
-    return float(gaussian.sum() - log_det.sum())
-
-
 def hand_losses(model: RLPD, batch, target_noise: np.ndarray, actor_noise: np.ndarray) -> dict[str, float]:
     """docs/algorithms.md §4 for one batch, sample by sample, with the noises the library drew (replayed from the seed)."""
     policy = model.policy
@@ -94,7 +54,7 @@ def hand_losses(model: RLPD, batch, target_noise: np.ndarray, actor_noise: np.nd
     actions = numpy_of(batch.actions).reshape(batch_size, -1)
     targets, critic_terms, log_probs, actor_terms, data_log_probs = [], [], [], [], []
     for b in range(batch_size):
-        next_mean, next_log_std = actor_mean_log_std(policy.actor, next_obs[b])
+        next_mean, next_log_std = sac_actor_mean_log_std(policy.actor, next_obs[b])
         next_action = np.tanh(next_mean + np.exp(next_log_std) * target_noise[b])
         # y = R[-1] + gamma^h M[-1] mean over all K of Q_target, no entropy term
         target = (
@@ -103,7 +63,7 @@ def hand_losses(model: RLPD, batch, target_noise: np.ndarray, actor_noise: np.nd
         targets.append(target)
         critic_terms.extend((critic_values(policy.critic, obs[b], actions[b]) - target) ** 2 * valid[b, -1])
 
-        mean, log_std = actor_mean_log_std(policy.actor, obs[b])
+        mean, log_std = sac_actor_mean_log_std(policy.actor, obs[b])
         u = mean + np.exp(log_std) * actor_noise[b]
         log_prob = squashed_log_prob(mean, log_std, u)
         log_probs.append(log_prob)

@@ -18,12 +18,13 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
+from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int, check_training_finite
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
 from qc_sb3.common.offline_source import offline_source_record
-from qc_sb3.common.policies import ActionQueueState, ChunkPolicy
+from qc_sb3.common.policies import ActionQueueState
 
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
 
@@ -97,12 +98,12 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param supported_action_spaces: The action spaces supported by the algorithm
     """
 
-    policy: ChunkPolicy
+    policy: ActorCriticChunkPolicy
     replay_buffer: ChunkReplayBuffer
 
     def __init__(
         self,
-        policy: str | type[ChunkPolicy],
+        policy: str | type[ActorCriticChunkPolicy],
         env: GymEnv | str,
         learning_rate: float | Schedule = 3e-4,
         buffer_size: int = 1_000_000,
@@ -184,6 +185,10 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             )
         return wrapped
 
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        # The policy's state dict, then each optimizer, as the policy declares them.
+        return ["policy", *(f"policy.{name}" for name in self.policy_class.optimizer_names())], []
+
     def _setup_model(self) -> None:
         # Refuse offline data that does not fit the env before building or training anything.
         offline_data = self._read_offline_data()
@@ -251,7 +256,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             self._action_queue = None
 
     def train(self, gradient_steps: int, batch_size: int = 256) -> None:
-        policy: Any = self.policy
+        policy = self.policy
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizers)
         step_losses = [self._gradient_step(batch_size) for _ in range(gradient_steps)]
@@ -266,7 +271,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         :param batch_size: Minibatch size
         :return: The losses of :meth:`_losses`, detached
         """
-        policy: Any = self.policy
+        policy = self.policy
         optimizers = policy.optimizers
         batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
         losses = self._losses(batch)
@@ -275,7 +280,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         self._optimized_loss(losses).backward()
         # docs/algorithms.md §3: target update from the critic's weights before this step, as the reference does.
         # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
-        th._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), self.tau)
+        th._foreach_lerp_(*policy.target_parameters(), self.tau)
         for optimizer in optimizers:
             optimizer.step()
         return {name: value.detach() for name, value in losses.items()}

@@ -3,140 +3,79 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from stable_baselines3.common.type_aliases import Schedule
 
+from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBufferSamples
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.losses import Q_AGGREGATIONS, chunked_td_target, critic_loss, flow_matching_loss
 from qc_sb3.common.networks import CriticEnsemble, FlowVectorField
-from qc_sb3.common.policies import ChunkPolicy, default_optimizer_kwargs
-
-DEFAULT_HIDDEN_DIMS = [512, 512, 512, 512]
 
 
-def actor_and_critic_hidden_dims(net_arch: list[int] | dict[str, list[int]] | None) -> tuple[list[int], list[int]]:
+class FlowQPolicy(ActorCriticChunkPolicy):
     """
-    Hidden layer sizes of the actor-side networks (flow, one-step actor) and of the critic.
-
-    :param net_arch: One list for all networks, or ``dict(pi=[...], qf=[...])`` as in SB3; None for 4 x 512
-    :return: (actor hidden dims, critic hidden dims)
-    """
-    if net_arch is None:
-        return list(DEFAULT_HIDDEN_DIMS), list(DEFAULT_HIDDEN_DIMS)
-    if isinstance(net_arch, dict):
-        unknown = set(net_arch) - {"pi", "qf"}
-        if unknown:
-            raise ValueError(f"net_arch keys must be 'pi' and 'qf', got unknown {sorted(unknown)}")
-        return list(net_arch.get("pi", DEFAULT_HIDDEN_DIMS)), list(net_arch.get("qf", DEFAULT_HIDDEN_DIMS))
-    return list(net_arch), list(net_arch)
-
-
-class FlowQPolicy(ChunkPolicy):
-    """
-    Networks shared by QC and QC-FQL (docs/algorithms.md §2): a flow BC vector field over chunks (no LayerNorm), a critic
-    ensemble of K members over concat[s, chunk] (LayerNorm), and its target copy. Each network has its own Adam optimizer,
-    which is the reference's single Adam over all parameters, since Adam is per parameter.
+    Networks shared by QC and QC-FQL (docs/algorithms.md §2): a flow BC vector field over chunks (no LayerNorm), a
+    critic ensemble of K members over concat[s, chunk] (LayerNorm), and its target copy, each trained network with
+    its own optimizer (:class:`~qc_sb3.common.actor_critic.ActorCriticChunkPolicy`, which also says how the
+    features extractor is trained).
 
     :param observation_space: Observation space
     :param action_space: Primitive action space
     :param lr_schedule: Learning rate schedule
-    :param net_arch: Hidden layers, one list for all networks or ``dict(pi=[...], qf=[...])`` (default 4 x 512)
-    :param chunk_size: Chunk length h
-    :param action_chunking: False for the ``-n`` variants (single actions over h-step windows)
     :param flow_steps: Euler steps T of the flow sampler
-    :param n_critics: Ensemble size K
     :param q_agg: Ensemble aggregation, "mean" or "min"
     :param critic_layer_norm: LayerNorm after each hidden activation of the critic
     :param actor_layer_norm: LayerNorm after each hidden activation of the flow (and one-step actor)
-    :param features_extractor_class: Features extractor (flattening by default)
-    :param features_extractor_kwargs: Keyword arguments of the features extractor
-    :param normalize_images: Whether to divide image observations by 255
-    :param optimizer_class: Optimizer class (Adam)
-    :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, beta 0.9/0.999, eps 1e-8, no weight
-        decay, with its fused implementation)
+    :param kwargs: The parameters of :class:`~qc_sb3.common.actor_critic.ActorCriticChunkPolicy` (``net_arch``,
+        ``chunk_size``, ``action_chunking``, ``n_critics``, features extractor, optimizer)
     """
+
+    optimized_modules: ClassVar[tuple[str, ...]] = ("flow", "critic")
+    features_extractor_owner: ClassVar[str] = "flow"
 
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Box,
         lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
-        chunk_size: int = 5,
-        action_chunking: bool = True,
         flow_steps: int = 10,
-        n_critics: int = 2,
         q_agg: str = "mean",
         critic_layer_norm: bool = True,
         actor_layer_norm: bool = False,
-        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
     ):
-        super().__init__(
-            observation_space,
-            action_space,
-            chunk_size=chunk_size,
-            action_chunking=action_chunking,
-            features_extractor_class=features_extractor_class,
-            features_extractor_kwargs=features_extractor_kwargs,
-            normalize_images=normalize_images,
-        )
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
         if q_agg not in Q_AGGREGATIONS:
             raise ValueError(f"q_agg must be one of {Q_AGGREGATIONS}, got {q_agg!r}")
-        self.net_arch = net_arch
         self.flow_steps = flow_steps
-        self.n_critics = n_critics
         self.q_agg = q_agg
         self.critic_layer_norm = critic_layer_norm
         self.actor_layer_norm = actor_layer_norm
-        self.optimizer_class = optimizer_class
-        self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
-        self.actor_hidden_dims, self.critic_hidden_dims = actor_and_critic_hidden_dims(net_arch)
+        self._build(lr_schedule)
 
-        self.features_extractor = self.make_features_extractor()
-        features_dim = self.features_extractor.features_dim
-        self.flow = FlowVectorField(features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=actor_layer_norm)
-        self.critic = self._make_critic(features_dim)
-        self.critic_target = self._make_critic(features_dim)
-        # docs/algorithms.md §2: the target critic starts as an exact copy and moves only by Polyak averaging.
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
-        self.flow.optimizer = self._make_optimizer(self.flow, lr_schedule)
-        self.critic.optimizer = self._make_optimizer(self.critic, lr_schedule)
-
-    def _make_critic(self, features_dim: int) -> CriticEnsemble:
-        return CriticEnsemble(
-            features_dim, self.flat_action_dim, self.critic_hidden_dims, self.n_critics, layer_norm=self.critic_layer_norm
+    def _build_networks(self) -> None:
+        self.flow = FlowVectorField(
+            self.features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=self.actor_layer_norm
         )
+        self.critic = self._make_critic()
+        self.critic_target = self._make_critic()
 
-    def _make_optimizer(self, module: th.nn.Module, lr_schedule: Schedule) -> th.optim.Optimizer:
-        return self.optimizer_class(module.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
-
-    @property
-    def optimizers(self) -> list[th.optim.Optimizer]:
-        """Every optimizer of the policy, stepped together after one backward pass."""
-        return [self.flow.optimizer, self.critic.optimizer]
+    def _make_critic(self) -> CriticEnsemble:
+        return CriticEnsemble(
+            self.features_dim, self.flat_action_dim, self.critic_hidden_dims, self.n_critics, layer_norm=self.critic_layer_norm
+        )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(
-            lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
-            net_arch=self.net_arch,
             flow_steps=self.flow_steps,
-            n_critics=self.n_critics,
             q_agg=self.q_agg,
             critic_layer_norm=self.critic_layer_norm,
             actor_layer_norm=self.actor_layer_norm,
-            optimizer_class=self.optimizer_class,
-            optimizer_kwargs=self.optimizer_kwargs,
         )
         return data
 
@@ -163,11 +102,6 @@ class FlowQPolicy(ChunkPolicy):
 
     def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         return self.sample_actions(self.features(observation), deterministic=deterministic)
-
-    def set_training_mode(self, mode: bool) -> None:
-        self.flow.train(mode)
-        self.critic.train(mode)
-        self.training = mode
 
 
 class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
@@ -211,14 +145,6 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         self.policy_kwargs = {**self.policy_kwargs, **self._policy_hyperparameters()}
         super()._setup_model()
 
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["policy", *[f"policy.{name}.optimizer" for name in self._optimized_modules]], []
-
-    @property
-    def _optimized_modules(self) -> list[str]:
-        """Names of the policy's modules that carry an optimizer."""
-        return ["flow", "critic"]
-
     def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
         return losses["critic_loss"] + losses["actor_loss"]  # docs/algorithms.md §3: L_Q + L_actor, one backward
 
@@ -232,7 +158,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
             next_actions = policy.sample_actions(next_observations)
             target = chunked_td_target(
                 policy.critic_target,
-                next_observations,
+                policy.target_features(batch.next_observations),
                 next_actions,
                 batch.rewards,
                 batch.masks,
@@ -240,7 +166,8 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
                 self.chunk_size,
                 self.q_agg,
             )
-        critic_loss_value, q_values = critic_loss(policy.critic, observations, actions, target, batch.valid)
+        # The features extractor is trained with the actor-side losses only (as TQC's shared extractor).
+        critic_loss_value, q_values = critic_loss(policy.critic, observations.detach(), actions, target, batch.valid)
         # docs/algorithms.md §3: flow matching on the dataset chunks, weighted by valid (unweighted for the -n variants).
         noise = th.randn_like(actions)
         times = th.rand(actions.shape[0], 1, device=actions.device)

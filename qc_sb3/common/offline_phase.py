@@ -12,6 +12,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import configure_logger, update_learning_rate
 
+from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.datasets import load_offline_transitions
 from qc_sb3.common.normalization import fit_vec_normalize
@@ -22,7 +23,6 @@ from qc_sb3.common.offline_transitions import (
     check_transitions_fit,
     with_sparse_rewards,
 )
-from qc_sb3.common.policies import ChunkPolicy
 
 SelfOfflinePhaseMixin = TypeVar("SelfOfflinePhaseMixin", bound="OfflinePhaseMixin")
 
@@ -37,7 +37,7 @@ class OfflinePhaseMixin(OffPolicyAlgorithm):
     It uses the algorithm's ``_gradient_step`` and ``_record_checked_means``, shared with the online ``train()``.
     """
 
-    policy: ChunkPolicy
+    policy: ActorCriticChunkPolicy
     replay_buffer: ChunkReplayBuffer
     chunk_size: int
     offline_dataset: Any
@@ -193,7 +193,7 @@ class OfflinePhaseMixin(OffPolicyAlgorithm):
         :param progress_bar: Display a progress bar over the gradient steps
         :return: False if the callback stopped the phase
         """
-        policy: Any = self.policy
+        policy = self.policy
         for optimizer in policy.optimizers:
             update_learning_rate(optimizer, self.lr_schedule(self._current_progress_remaining))
         # What a callback that reads env-step locals finds: no episode ended during a gradient step.

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 import torch as th
-from gymnasium import spaces
-from stable_baselines3.common.type_aliases import Schedule
 
 from qc_sb3.common.flow_q import FlowQPolicy
 from qc_sb3.common.networks import OneStepActor
@@ -21,24 +19,19 @@ class QCFQLPolicy(FlowQPolicy):
     The parameters are those of :class:`~qc_sb3.common.flow_q.FlowQPolicy`.
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Box, lr_schedule: Schedule, **kwargs: Any):
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-        features_dim = self.features_extractor.features_dim
-        self.actor = OneStepActor(features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=self.actor_layer_norm)
-        self.actor.optimizer = self._make_optimizer(self.actor, lr_schedule)
+    optimized_modules: ClassVar[tuple[str, ...]] = ("flow", "critic", "actor")
+    features_extractor_owner: ClassVar[str] = "actor"
 
-    @property
-    def optimizers(self) -> list[th.optim.Optimizer]:
-        return [*super().optimizers, self.actor.optimizer]
+    def _build_networks(self) -> None:
+        super()._build_networks()
+        self.actor = OneStepActor(
+            self.features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=self.actor_layer_norm
+        )
 
     def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
         shape = (features.shape[0], self.flat_action_dim)
         noise = features.new_zeros(shape) if deterministic else th.randn(shape, device=features.device)
         return self.actor(features, noise).clamp(-1.0, 1.0)
-
-    def set_training_mode(self, mode: bool) -> None:
-        super().set_training_mode(mode)
-        self.actor.train(mode)
 
 
 MlpPolicy = QCFQLPolicy

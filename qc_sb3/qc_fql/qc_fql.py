@@ -124,10 +124,6 @@ class QCFQL(FlowQAlgorithm):
         if _init_setup_model:
             self._setup_model()
 
-    @property
-    def _optimized_modules(self) -> list[str]:
-        return [*super()._optimized_modules, "actor"]
-
     def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
         policy = self.policy
         noise = th.randn(observations.shape[0], policy.flat_action_dim, device=observations.device)
@@ -136,5 +132,5 @@ class QCFQL(FlowQAlgorithm):
         actor_actions = policy.actor(observations, noise)
         # docs/algorithms.md §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
         distill = distillation_loss(actor_actions, flow_actions)
-        q_term = q_loss(policy.critic, observations, actor_actions)
+        q_term = q_loss(policy.critic, observations.detach(), actor_actions)  # the extractor learns through the actor
         return {"actor_loss": bc_flow_loss + self.alpha * distill + q_term, "distill_loss": distill, "q_loss": q_term}

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-from qc_sb3.common.flow_q import actor_and_critic_hidden_dims
-from qc_sb3.common.policies import ChunkPolicy, default_optimizer_kwargs
+from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.rlpd.actor import ExactSquashedDiagGaussianDistribution, RLPDActor
 from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
 
@@ -35,111 +33,81 @@ class Temperature(nn.Module):
         return self.log_ent_coef.exp()
 
 
-class RLPDPolicy(ChunkPolicy):
+class RLPDPolicy(ActorCriticChunkPolicy):
     """
-    Networks of RLPD, RLPD-AC and QC-RLPD (docs/algorithms.md §4): SB3's SAC actor (a state-dependent squashed Gaussian,
-    log-std clipped to [-20, 2]) with the reference's initialisation and exact tanh log-determinant
+    Networks of RLPD, RLPD-AC and QC-RLPD (docs/algorithms.md §4): SB3's SAC actor (a state-dependent squashed
+    Gaussian, log-std clipped to [-20, 2]) with the reference's initialisation and exact tanh log-determinant
     (:class:`~qc_sb3.rlpd.actor.RLPDActor`) over the flat chunk space ``[-1, 1]^(h * A)``, a critic ensemble of K
-    members over ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature. Each module has its
-    own Adam optimizer, which is the reference's single Adam over all parameters, since Adam is per parameter.
-    With ``deterministic=True`` the policy acts with the squashed mean ``tanh(mu(s))``, as SAC does.
+    members over ``concat[s, chunk]`` (Linear -> LayerNorm -> ReLU), its target copy, and the temperature, each
+    trained module with its own optimizer (:class:`~qc_sb3.common.actor_critic.ActorCriticChunkPolicy`, which also
+    says how the features extractor is trained). With ``deterministic=True`` the policy acts with the squashed mean
+    ``tanh(mu(s))``, as SAC does.
 
     :param observation_space: Observation space
     :param action_space: Primitive action space
     :param lr_schedule: Learning rate schedule
-    :param net_arch: Hidden layers, one list for actor and critic or ``dict(pi=[...], qf=[...])`` (default 4 x 512)
     :param chunk_size: Chunk length h (1: RLPD)
     :param action_chunking: Must be True (the RLPD family has no ``-n`` variant)
     :param n_critics: Ensemble size K
     :param initial_ent_coef: Initial temperature alpha
     :param activation_fn: Activation of the actor's hidden layers (SB3's SAC default, ReLU)
-    :param features_extractor_class: Features extractor (flattening by default)
-    :param features_extractor_kwargs: Keyword arguments of the features extractor
-    :param normalize_images: Whether to divide image observations by 255
-    :param optimizer_class: Optimizer class (Adam)
-    :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, with its fused implementation)
+    :param kwargs: The other parameters of :class:`~qc_sb3.common.actor_critic.ActorCriticChunkPolicy`
+        (``net_arch``, features extractor, optimizer)
     """
+
+    optimized_modules: ClassVar[tuple[str, ...]] = ("actor", "critic", "temperature")
+    features_extractor_owner: ClassVar[str] = "actor"
 
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Box,
         lr_schedule: Schedule,
-        net_arch: list[int] | dict[str, list[int]] | None = None,
         chunk_size: int = 1,
         action_chunking: bool = True,
         n_critics: int = 10,
         initial_ent_coef: float = 1.0,
         activation_fn: type[nn.Module] = nn.ReLU,
-        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
-        features_extractor_kwargs: dict[str, Any] | None = None,
-        normalize_images: bool = True,
-        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
-        optimizer_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
     ):
         if not action_chunking:
             raise ValueError("the RLPD family acts with whole chunks: action_chunking must be True, got False")
         super().__init__(
             observation_space,
             action_space,
+            lr_schedule,
             chunk_size=chunk_size,
             action_chunking=action_chunking,
-            features_extractor_class=features_extractor_class,
-            features_extractor_kwargs=features_extractor_kwargs,
-            normalize_images=normalize_images,
+            n_critics=n_critics,
+            **kwargs,
         )
-        self.net_arch = net_arch
-        self.n_critics = n_critics
         self.initial_ent_coef = initial_ent_coef
         self.activation_fn = activation_fn
-        self.optimizer_class = optimizer_class
-        self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
-        self.actor_hidden_dims, self.critic_hidden_dims = actor_and_critic_hidden_dims(net_arch)
-
-        self.features_extractor = self.make_features_extractor()
-        features_dim = self.features_extractor.features_dim
         # docs/algorithms.md §4: the actor's action space is the flat chunk in [-1, 1]^(h * A).
         self.chunk_space = spaces.Box(-1.0, 1.0, (self.flat_action_dim,), np.float32)
+        self._build(lr_schedule)
+
+    def _build_networks(self) -> None:
         self.actor = RLPDActor(
-            observation_space,
+            self.observation_space,
             self.chunk_space,
             net_arch=self.actor_hidden_dims,
             features_extractor=self.features_extractor,
-            features_dim=features_dim,
-            activation_fn=activation_fn,
-            normalize_images=normalize_images,
+            features_dim=self.features_dim,
+            activation_fn=self.activation_fn,
+            normalize_images=self.normalize_images,
         )
-        self.critic = LayerNormReLUCriticEnsemble(features_dim, self.flat_action_dim, self.critic_hidden_dims, n_critics)
+        self.critic = LayerNormReLUCriticEnsemble(
+            self.features_dim, self.flat_action_dim, self.critic_hidden_dims, self.n_critics
+        )
         self.critic_target = LayerNormReLUCriticEnsemble(
-            features_dim, self.flat_action_dim, self.critic_hidden_dims, n_critics
+            self.features_dim, self.flat_action_dim, self.critic_hidden_dims, self.n_critics
         )
-        # docs/algorithms.md §4: the target critic starts as an exact copy and moves only by Polyak averaging.
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
-        self.temperature = Temperature(initial_ent_coef)
-        self.actor.optimizer = self._make_optimizer(self.actor, lr_schedule)
-        self.critic.optimizer = self._make_optimizer(self.critic, lr_schedule)
-        self.temperature.optimizer = self._make_optimizer(self.temperature, lr_schedule)
-
-    def _make_optimizer(self, module: nn.Module, lr_schedule: Schedule) -> th.optim.Optimizer:
-        return self.optimizer_class(module.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
-
-    @property
-    def optimizers(self) -> list[th.optim.Optimizer]:
-        """Every optimizer of the policy, stepped together after one backward pass."""
-        return [self.actor.optimizer, self.critic.optimizer, self.temperature.optimizer]
+        self.temperature = Temperature(self.initial_ent_coef)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(
-            lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
-            net_arch=self.net_arch,
-            n_critics=self.n_critics,
-            initial_ent_coef=self.initial_ent_coef,
-            activation_fn=self.activation_fn,
-            optimizer_class=self.optimizer_class,
-            optimizer_kwargs=self.optimizer_kwargs,
-        )
+        data.update(initial_ent_coef=self.initial_ent_coef, activation_fn=self.activation_fn)
         return data
 
     def action_distribution(self, observations: th.Tensor) -> ExactSquashedDiagGaussianDistribution:
@@ -167,11 +135,6 @@ class RLPDPolicy(ChunkPolicy):
         if deterministic:
             return self.actor(observation, deterministic=True)  # tanh(mean), as SAC
         return self.sample_actions(observation)[0]
-
-    def set_training_mode(self, mode: bool) -> None:
-        self.actor.set_training_mode(mode)
-        self.critic.train(mode)
-        self.training = mode
 
 
 MlpPolicy = RLPDPolicy

@@ -147,10 +147,6 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             # docs/algorithms.md §4: target entropy -0.5 * (action dim), the action being the flat chunk.
             self.target_entropy = -0.5 * self.policy.flat_action_dim
 
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        optimizers = [f"policy.{name}.optimizer" for name in ("actor", "critic", "temperature")]
-        return ["policy", *optimizers], []
-
     def _sample_action(
         self,
         learning_starts: int,
@@ -204,17 +200,17 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         ``bc_alpha * bc_loss`` are optimized. Random draws, in order: the target action's noise, then the actor's.
         """
         policy = self.policy
-        observations = policy.features(batch.observations)
+        # The critic's state input: the features extractor is trained through the actor only (as TQC's shared one).
+        observations = policy.features(batch.observations).detach()
         actions = batch.actions.reshape(batch.actions.shape[0], -1)  # the flat time-major chunk (a_t for h = 1)
         ent_coef = policy.temperature().detach()
         with th.no_grad():
             # docs/algorithms.md §4: A' ~ pi(.|s_{t+h}); y = R[:, -1] + gamma^h M[:, -1] mean_K Q_target(s_{t+h}, A'),
             # no entropy term.
             next_actions, _ = policy.sample_actions(batch.next_observations)
-            next_observations = policy.features(batch.next_observations)
             target = chunked_td_target(
                 policy.critic_target,  # type: ignore[arg-type]
-                next_observations,
+                policy.target_features(batch.next_observations),
                 next_actions,
                 batch.rewards,
                 batch.masks,

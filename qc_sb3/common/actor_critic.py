@@ -1,0 +1,187 @@
+"""ActorCriticChunkPolicy: the base of every chunk policy with a critic ensemble; it owns the optimizers and targets."""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor, get_actor_critic_arch
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+from qc_sb3.common.policies import ChunkPolicy
+
+DEFAULT_HIDDEN_DIMS = [512, 512, 512, 512]
+
+
+def default_optimizer_kwargs(
+    optimizer_class: type[th.optim.Optimizer], optimizer_kwargs: dict[str, Any] | None
+) -> dict[str, Any]:
+    """
+    The optimizer keyword arguments to use: the given ones, else Adam's fused implementation (the same update as
+    one kernel over all parameters, about 20% more gradient steps/s on CPU) or nothing for other optimizers.
+
+    :param optimizer_class: The optimizer class
+    :param optimizer_kwargs: The user's keyword arguments, or None
+    :return: Keyword arguments for ``optimizer_class``
+    """
+    if optimizer_kwargs is not None:
+        return optimizer_kwargs
+    return {"fused": True} if optimizer_class is th.optim.Adam else {}
+
+
+def hidden_dims_of(net_arch: list[int] | dict[str, list[int]] | None) -> tuple[list[int], list[int]]:
+    """
+    The actor-side and critic hidden layer sizes, by SB3's ``get_actor_critic_arch``.
+
+    :param net_arch: One list for all networks, or ``dict(pi=[...], qf=[...])`` as in SB3 (a missing key: 4 x 512);
+        None: 4 x 512 (the reference)
+    :return: (actor hidden dims, critic hidden dims)
+    """
+    if net_arch is None:
+        net_arch = DEFAULT_HIDDEN_DIMS
+    if isinstance(net_arch, dict):
+        unknown = set(net_arch) - {"pi", "qf"}
+        if unknown:
+            raise ValueError(f"net_arch keys must be 'pi' and 'qf', got unknown {sorted(unknown)}")
+        net_arch = {"pi": DEFAULT_HIDDEN_DIMS, "qf": DEFAULT_HIDDEN_DIMS, **net_arch}
+    actor_dims, critic_dims = get_actor_critic_arch(net_arch)
+    return list(actor_dims), list(critic_dims)
+
+
+class ActorCriticChunkPolicy(ChunkPolicy):
+    """
+    Base of the chunk policies with a critic ensemble (QC, QC-FQL, the RLPD family). It owns what their updates
+    share: the hidden layer sizes, the features extractor, the target networks and one optimizer per trained
+    network (SB3's ``module.optimizer``); the algorithms step :attr:`optimizers` together after one backward pass
+    of the summed losses (the reference's single Adam over all parameters, since Adam is per parameter) and save
+    :attr:`optimizer_names`.
+
+    Subclasses name their trained networks in ``optimized_modules`` and build them in :meth:`_build_networks`,
+    ``critic`` and a freshly initialised ``critic_target`` among them; :meth:`_build` then copies the critic into
+    its target and freezes it (it moves only by Polyak averaging, docs/algorithms.md §3) and makes the optimizers.
+
+    The features extractor is shared by all networks, as in sb3-contrib's TQC with ``share_features_extractor=True``:
+    it is trained with the actor's loss, never with the critic's. Its parameters belong to the optimizer of the
+    network named by ``features_extractor_owner`` (the one that acts), the critic and the critic's input in the
+    actor's Q term see its features detached, and the target critic reads its own copy,
+    ``features_extractor_target``, averaged like the critic. The flattening default has no parameters.
+
+    :param observation_space: Observation space
+    :param action_space: Primitive action space
+    :param lr_schedule: Learning rate schedule
+    :param net_arch: Hidden layers, one list for all networks or ``dict(pi=[...], qf=[...])`` (default 4 x 512)
+    :param chunk_size: Chunk length h
+    :param action_chunking: False for the ``-n`` variants (single actions over h-step windows)
+    :param n_critics: Ensemble size K
+    :param features_extractor_class: Features extractor (flattening by default)
+    :param features_extractor_kwargs: Keyword arguments of the features extractor
+    :param normalize_images: Whether to divide image observations by 255
+    :param optimizer_class: Optimizer class (Adam)
+    :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, beta 0.9/0.999, eps 1e-8, no weight
+        decay, with its fused implementation)
+    """
+
+    optimized_modules: ClassVar[tuple[str, ...]]
+    features_extractor_owner: ClassVar[str]
+    critic: nn.Module
+    critic_target: nn.Module
+    features_extractor_target: BaseFeaturesExtractor
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        chunk_size: int = 5,
+        action_chunking: bool = True,
+        n_critics: int = 2,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            observation_space,
+            action_space,
+            chunk_size=chunk_size,
+            action_chunking=action_chunking,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            normalize_images=normalize_images,
+        )
+        self.net_arch = net_arch
+        self.n_critics = n_critics
+        self.optimizer_class = optimizer_class
+        self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
+        self.actor_hidden_dims, self.critic_hidden_dims = hidden_dims_of(net_arch)
+        self.features_extractor = self.make_features_extractor()
+        self.features_dim = self.features_extractor.features_dim
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        """Build the networks, the frozen target copies and the optimizers; each subclass's ``__init__`` ends with it."""
+        self._build_networks()
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.features_extractor_target = copy.deepcopy(self.features_extractor).requires_grad_(False)
+        extractor_parameters = list(self.features_extractor.parameters())
+        for name in self.optimized_modules:
+            module = getattr(self, name)
+            parameters = list(module.parameters())
+            if name == self.features_extractor_owner:
+                owned = {id(parameter) for parameter in parameters}
+                parameters += [parameter for parameter in extractor_parameters if id(parameter) not in owned]
+            module.optimizer = self.optimizer_class(parameters, lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    @abstractmethod
+    def _build_networks(self) -> None:
+        """Create every network of the policy, in a fixed order (it fixes their initialisation from the seed)."""
+
+    @property
+    def optimizers(self) -> list[th.optim.Optimizer]:
+        """Every optimizer of the policy, in ``optimized_modules`` order, stepped together after one backward pass."""
+        return [getattr(self, name).optimizer for name in self.optimized_modules]
+
+    @classmethod
+    def optimizer_names(cls) -> list[str]:
+        """The optimizers as attribute paths from the policy (``"critic.optimizer"``, ...), for saving."""
+        return [f"{name}.optimizer" for name in cls.optimized_modules]
+
+    def target_parameters(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
+        """The target networks' parameters and, in the same order, the online ones they follow."""
+        targets = [*self.critic_target.parameters(), *self.features_extractor_target.parameters()]
+        return targets, [*self.critic.parameters(), *self.features_extractor.parameters()]
+
+    def target_features(self, observations: th.Tensor) -> th.Tensor:
+        """The target critic's state input: the observations through the target copy of the features extractor."""
+        return self.extract_features(observations, self.features_extractor_target)  # type: ignore[return-value]
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A model saved before the target critic had its own extractor copy starts that copy from the online one.
+        online, target = f"{prefix}features_extractor.", f"{prefix}features_extractor_target."
+        if not any(key.startswith(target) for key in state_dict):
+            for key in [key for key in state_dict if key.startswith(online)]:
+                state_dict[target + key[len(online) :]] = state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def set_training_mode(self, mode: bool) -> None:
+        self.features_extractor.train(mode)
+        for name in self.optimized_modules:
+            getattr(self, name).train(mode)
+        self.training = mode
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
+            net_arch=self.net_arch,
+            n_critics=self.n_critics,
+            optimizer_class=self.optimizer_class,
+            optimizer_kwargs=self.optimizer_kwargs,
+        )
+        return data
