@@ -279,8 +279,10 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             optimizer.zero_grad(set_to_none=True)
         self._optimized_loss(losses).backward()
         # docs/algorithms.md §3: target update from the critic's weights before this step, as the reference does.
-        # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor)
-        th._foreach_lerp_(*policy.target_parameters(), self.tau)
+        # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor);
+        # without autograd, or each update would chain the target onto the critic's graph (as SB3's polyak_update does)
+        with th.no_grad():
+            th._foreach_lerp_(*policy.target_parameters(), self.tau)
         for optimizer in optimizers:
             optimizer.step()
         return {name: value.detach() for name, value in losses.items()}
