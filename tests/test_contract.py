@@ -32,7 +32,10 @@ from test_qc import ACTION_DIM, EPISODE_LENGTH, OBS_DIM, TINY, DriftEnv, make_en
 
 @dataclass(frozen=True)
 class Variant:
-    """An algorithm and the constructor arguments that make one of the paper's methods of it (tiny sizes)."""
+    """
+    An algorithm and the constructor arguments that make one of the paper's methods of it (tiny sizes). ``kwargs``
+    may hold ``policy_kwargs`` (e.g. a ``features_extractor_class``) to replace the tiny MLPs' ``net_arch``.
+    """
 
     algorithm: type[ChunkedOffPolicyAlgorithm]
     kwargs: dict[str, Any]
@@ -110,10 +113,8 @@ class CallCounter(BaseCallback):
 
 
 def make_model(variant: Variant, env: Any = None, **overrides: Any) -> ChunkedOffPolicyAlgorithm:
-    kwargs = {**COMMON_KWARGS, **variant.kwargs, **overrides}
-    model = variant.algorithm(
-        "MlpPolicy", env or make_env(), offline_dataset=offline_arrays(), policy_kwargs=TINY, seed=0, **kwargs
-    )
+    kwargs = {"policy_kwargs": TINY, **COMMON_KWARGS, **variant.kwargs, **overrides}
+    model = variant.algorithm("MlpPolicy", env or make_env(), offline_dataset=offline_arrays(), seed=0, **kwargs)
     model.set_logger(configure(None, []))
     return model
 
