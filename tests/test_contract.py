@@ -128,7 +128,6 @@ def two_env_recorders() -> tuple[DummyVecEnv, list[ActionRecorder]]:
 class TrainedRun:
     """A model trained on N_ENVS recorded envs with a counting callback: offline steps, then ONLINE_STEPS env steps."""
 
-    name: str
     variant: Variant
     model: ChunkedOffPolicyAlgorithm
     recorders: list[ActionRecorder]
@@ -143,7 +142,7 @@ def run(request) -> TrainedRun:
     model = make_model(variant, env)
     callback = CallCounter()
     model.learn(total_timesteps=ONLINE_STEPS, callback=callback)
-    return TrainedRun(request.param, variant, model, recorders, callback)
+    return TrainedRun(variant, model, recorders, callback)
 
 
 def count_chunk_requests(model, monkeypatch) -> list[int]:
@@ -199,10 +198,10 @@ def test_predict_shapes_for_one_observation_and_a_batch(run):
         assert actions.shape == (len(OBSERVATIONS), ACTION_DIM)
 
 
-def first_action(model_or_policy, observations: np.ndarray, deterministic: bool = True) -> np.ndarray:
-    """The action at an episode's first observation(s): a fresh chunk's first action."""
+def first_action(model_or_policy, observations: np.ndarray) -> np.ndarray:
+    """The deterministic action at an episode's first observation(s): a fresh chunk's first action."""
     episode_start = np.ones(len(observations) if observations.ndim > 1 else 1, dtype=bool)
-    return model_or_policy.predict(observations, episode_start=episode_start, deterministic=deterministic)[0]
+    return model_or_policy.predict(observations, episode_start=episode_start, deterministic=True)[0]
 
 
 def test_deterministic_predict_is_a_function_of_the_observation(run):
