@@ -68,19 +68,6 @@ def test_deterministic_differs_from_stochastic_draws(cls):
     assert not np.allclose(first, deterministic) and not np.allclose(second, deterministic)
 
 
-@pytest.mark.parametrize("cls", [QC, QCFQL, RLPD])
-def test_predict_deterministic_survives_model_and_policy_save_load(cls, tmp_path):
-    model = make_model(cls)
-    expected, _ = model.predict(OBSERVATIONS, deterministic=True)
-    model.save(tmp_path / "model.zip")
-    model.policy.save(tmp_path / "policy.pth")
-    th.manual_seed(99)  # loading must not depend on, or redraw from, the generator
-    loaded = cls.load(tmp_path / "model.zip", env=make_env())
-    policy = type(model.policy).load(tmp_path / "policy.pth")
-    np.testing.assert_array_equal(loaded.predict(OBSERVATIONS, deterministic=True)[0], expected)
-    np.testing.assert_array_equal(policy.predict(OBSERVATIONS, deterministic=True)[0], expected)
-
-
 def test_qc_fixed_noise_comes_from_the_seed_and_leaves_the_generator_stream_alone():
     first, second, other_seed = make_flow_model(QC), make_flow_model(QC), make_flow_model(QC, seed=1)
     noise = first.policy.deterministic_noise

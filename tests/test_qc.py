@@ -1,9 +1,9 @@
-"""QC and QC-FQL: losses against hand computations, gradient isolation, acting, SB3 behavior (save/load, VecEnv, ...)."""
+"""QC and QC-FQL: losses against hand computations, gradient isolation, acting, the offline phase, refusals of bad
+input. What every algorithm must do (save/load, VecEnv, predict, evaluate_policy, set_env) is in test_contract.py."""
 
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import zipfile
 
@@ -13,8 +13,6 @@ import pytest
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import SAC
-from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -328,34 +326,6 @@ def test_predict_chunk_shape_and_env_scale():
     assert (chunks >= DriftEnv.action_space.low).all() and (chunks <= DriftEnv.action_space.high).all()
 
 
-@pytest.mark.parametrize("cls", [QC, QCFQL])
-def test_save_load_round_trip(cls, tmp_path):
-    model = make_model(cls, offline_gradient_steps=5)
-    model.learn(total_timesteps=20)
-    model.save(tmp_path / "model.zip")
-    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
-        data = json.loads(archive.read("data"))
-        assert "offline_dataset" not in data and "_action_queue" not in data
-        assert {"policy.pth", "policy.flow.optimizer.pth", "policy.critic.optimizer.pth"} <= set(archive.namelist())
-    loaded = cls.load(tmp_path / "model.zip", env=make_env())
-    for name in ("chunk_size", "flow_steps", "n_critics", "q_agg", "offline_steps_done", "gamma"):
-        assert getattr(loaded, name) == getattr(model, name), name
-    observation = np.ones(OBS_DIM, np.float32)
-    th.manual_seed(3)
-    expected, expected_state = model.predict(observation)
-    th.manual_seed(3)
-    action, state = loaded.predict(observation)
-    np.testing.assert_array_equal(action, expected)
-    np.testing.assert_array_equal(state[0], expected_state[0])
-    for module in loaded.policy.optimized_modules:
-        saved = getattr(model.policy, module).optimizer.state_dict()["state"]
-        restored = getattr(loaded.policy, module).optimizer.state_dict()["state"]
-        th.testing.assert_close(restored[0]["exp_avg"], saved[0]["exp_avg"])
-    loaded.set_logger(configure(None, []))
-    loaded.learn(total_timesteps=15, reset_num_timesteps=False)
-    assert loaded.num_timesteps == 35
-
-
 def test_replay_buffer_round_trip_keeps_the_offline_segment(tmp_path):
     model = make_model(QC)
     model.learn(total_timesteps=15)
@@ -374,28 +344,6 @@ def test_offline_actions_are_scaled_into_the_buffer():
     low, high = DriftEnv.action_space.low, DriftEnv.action_space.high
     expected = np.clip(2 * (data["actions"] - low) / (high - low) - 1, -1 + 1e-5, 1 - 1e-5)
     np.testing.assert_allclose(model.replay_buffer.offline_actions, expected, atol=1e-6)
-
-
-def test_vec_env_with_two_envs_and_evaluate_policy():
-    env = make_vec_env(make_env, n_envs=2, seed=0)
-    model = QC(
-        "MlpPolicy",
-        env,
-        offline_dataset=offline_arrays(),
-        offline_gradient_steps=3,
-        learning_starts=10,
-        batch_size=8,
-        chunk_size=3,
-        actor_num_samples=2,
-        flow_steps=2,
-        policy_kwargs=TINY,
-        seed=0,
-    )
-    model.learn(total_timesteps=40)
-    assert model.num_timesteps == 40
-    assert model.replay_buffer.pos == 20 and model.replay_buffer.n_envs == 2
-    rewards, lengths = evaluate_policy(model, env, n_eval_episodes=4, return_episode_rewards=True)
-    assert len(rewards) == 4 and all(length <= EPISODE_LENGTH for length in lengths)
 
 
 @pytest.mark.parametrize("cls", [QC, QCFQL])
@@ -475,19 +423,6 @@ def test_online_queue_is_cleared_when_an_episode_ends():
     )
     model.learn(total_timesteps=2 * EPISODE_LENGTH)
     assert sum(calls) == 6, "two episodes of three chunks each"
-
-
-@pytest.mark.parametrize("cls", [QC, QCFQL])
-def test_policy_alone_saves_and_loads(cls, tmp_path):
-    model = make_model(cls)
-    model.policy.save(tmp_path / "policy.pth")
-    policy = type(model.policy).load(tmp_path / "policy.pth")
-    assert (policy.chunk_size, policy.flow_steps, policy.n_critics) == (3, 3, model.n_critics)
-    observations = np.ones((2, OBS_DIM), np.float32)
-    th.manual_seed(4)
-    expected = model.policy.predict_chunk(observations)
-    th.manual_seed(4)
-    np.testing.assert_array_equal(policy.predict_chunk(observations), expected)
 
 
 class CorruptedEnv(DriftEnv):

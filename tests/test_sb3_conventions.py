@@ -1,5 +1,5 @@
 """SB3 conventions of the chunked algorithms: the offline phase under callbacks, logs, save/load of the offline data,
-VecNormalize, and the small ones (dict spaces, a missing dataset, set_env)."""
+VecNormalize, and the small ones (dict spaces, a missing dataset). set_env is in test_contract.py."""
 
 from __future__ import annotations
 
@@ -230,15 +230,6 @@ def test_learn_without_offline_data_warns_that_the_offline_phase_is_skipped():
     with pytest.warns(UserWarning, match=r"no offline data .* offline phase's 5 remaining gradient steps are skipped"):
         model.learn(total_timesteps=4)
     assert (model.offline_steps_done, model.num_timesteps) == (0, 4)
-
-
-def test_set_env_drops_the_action_queues():
-    model = make_model(QC, chunk_size=3)
-    model.learn(total_timesteps=4)  # the second chunk has two actions left in the queue
-    chunk_requests = count_chunk_requests(model)
-    model.set_env(make_env())
-    model.learn(total_timesteps=1, reset_num_timesteps=False)
-    assert chunk_requests == [1], "the new env's first step asks for a fresh chunk"
 
 
 def test_offline_source_records_name_what_can_be_read_again(minari_root, tmp_path):
