@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -91,6 +94,13 @@ def reference_figures(python: str, harness: str, root: str, config: dict, method
     update = next(r for r in records if r["kind"] == "update")
     sample = next(r for r in records if r["kind"] == "sample_actions")
     return update["steps_per_s"]["headline"], sample["latency_ms"]["median"]
+
+
+def machine_name() -> str:
+    """The CPU's model name and core count (Linux's /proc/cpuinfo; the platform's name elsewhere)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    return f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
 def interleaved_seconds(
@@ -168,22 +178,31 @@ def main() -> None:
             reference[key] = reference_figures(*reference_options, CONFIGS[key[0]], key[1])  # type: ignore[arg-type]
 
     print(
-        f"torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; "
+        f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; "
         f"{args.rounds} rounds of {args.repeats} timed calls per model"
     )
     print(f"plain matmul: {matmul_flops / statistics.median(times['matmul']) / 1e9:.0f} GFLOP/s median")
-    header = ("config", "method", "steps/s median (best)", "vs reference", "decision ms", "vs reference")
-    print(f"{header[0]:8s} {header[1]:6s} {header[2]:>22s} {header[3]:>12s} {header[4]:>12s} {header[5]:>12s}")
+    header = ("config", "method", "steps/s median (best)", "reference", "ratio", "decision ms", "reference", "ratio")
+    print(
+        f"{header[0]:8s} {header[1]:6s} {header[2]:>22s} {header[3]:>10s} {header[4]:>7s} "
+        f"{header[5]:>12s} {header[6]:>10s} {header[7]:>7s}"
+    )
     for config_name, method in models:
         step_times, decision_times = times[f"{config_name} {method} step"], times[f"{config_name} {method} decision"]
         steps_per_second, decision_ms = 1 / statistics.median(step_times), 1000 * statistics.median(decision_times)
         reference_steps, reference_ms = reference.get((config_name, method), (None, None))
-        step_ratio = f"{steps_per_second / reference_steps:.2f}x" if reference_steps else "-"
+        step_figures = (
+            f"{reference_steps:10.2f} {steps_per_second / reference_steps:6.2f}x"
+            if reference_steps
+            else f"{'-':>10s} {'-':>7s}"
+        )
         # A shorter decision is better: the ratio is reference time / ours, so above 1 means faster here too.
-        decision_ratio = f"{reference_ms / decision_ms:.2f}x" if reference_ms else "-"
+        decision_figures = (
+            f"{reference_ms:10.2f} {reference_ms / decision_ms:6.2f}x" if reference_ms else f"{'-':>10s} {'-':>7s}"
+        )
         print(
-            f"{config_name:8s} {method:6s} {steps_per_second:10.2f} ({1 / min(step_times):8.2f}) {step_ratio:>12s} "
-            f"{decision_ms:12.2f} {decision_ratio:>12s}"
+            f"{config_name:8s} {method:6s} {steps_per_second:10.2f} ({1 / min(step_times):8.2f}) {step_figures} "
+            f"{decision_ms:12.2f} {decision_figures}"
         )
 
 
