@@ -154,3 +154,28 @@ def test_a_policy_saved_without_the_target_extractor_copy_loads_it_from_the_onli
     target = fresh.features_extractor_target
     for online, copied in zip(policy.features_extractor.parameters(), target.parameters(), strict=True):
         assert th.equal(online, copied)
+
+
+class BatchNormExtractor(BaseFeaturesExtractor):
+    """A features extractor with normalisation statistics: Linear -> BatchNorm."""
+
+    def __init__(self, observation_space: spaces.Box, features_dim: int = 4):
+        super().__init__(observation_space, features_dim)
+        self.net = nn.Sequential(nn.Linear(int(np.prod(observation_space.shape)), features_dim), nn.BatchNorm1d(features_dim))
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.net(observations)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_targets_stay_in_eval_mode_and_copy_the_online_normalisation_statistics(name: str) -> None:
+    # SB3's SAC: target networks never train; their BatchNorm statistics are the online ones, copied after each update.
+    model = make_model(name, features_extractor_class=BatchNormExtractor)
+    model.learn(total_timesteps=8)
+    policy = model.policy
+    assert not policy.features_extractor_target.training and not policy.critic_target.training
+    online = policy.features_extractor.net[1]
+    target = policy.features_extractor_target.net[1]
+    assert not th.equal(online.running_mean, th.zeros_like(online.running_mean)), "the online statistics moved"
+    th.testing.assert_close(target.running_mean, online.running_mean, rtol=0, atol=0)
+    th.testing.assert_close(target.running_var, online.running_var, rtol=0, atol=0)

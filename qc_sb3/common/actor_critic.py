@@ -10,6 +10,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor, get_actor_critic_arch
 from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.utils import get_parameters_by_name
 from torch import nn
 
 from qc_sb3.common.policies import ChunkPolicy
@@ -127,8 +128,9 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         """Build the networks, the frozen target copies and the optimizers; each subclass's ``__init__`` ends with it."""
         self._build_networks()
         self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
-        self.features_extractor_target = copy.deepcopy(self.features_extractor).requires_grad_(False)
+        # Targets never train: frozen, and in eval mode for good (normalisation statistics, dropout), as in SB3's SAC.
+        self.critic_target.requires_grad_(False).train(False)
+        self.features_extractor_target = copy.deepcopy(self.features_extractor).requires_grad_(False).train(False)
         extractor_parameters = list(self.features_extractor.parameters())
         for name in self.optimized_modules:
             module = getattr(self, name)
@@ -156,6 +158,20 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         """The target networks' parameters and, in the same order, the online ones they follow."""
         targets = [*self.critic_target.parameters(), *self.features_extractor_target.parameters()]
         return targets, [*self.critic.parameters(), *self.features_extractor.parameters()]
+
+    def target_running_statistics(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
+        """
+        The target networks' normalisation statistics (BatchNorm's ``running_*`` buffers) and, in the same order, the
+        online ones they copy after every update, as SB3's SAC and TQC copy them. Empty for the reference networks.
+        """
+        targets, online = [], []
+        for target_module, online_module in (
+            (self.critic_target, self.critic),
+            (self.features_extractor_target, self.features_extractor),
+        ):
+            targets += get_parameters_by_name(target_module, ["running_"])
+            online += get_parameters_by_name(online_module, ["running_"])
+        return targets, online
 
     def target_features(self, observations: th.Tensor) -> th.Tensor:
         """The target critic's state input: the observations through the target copy of the features extractor."""

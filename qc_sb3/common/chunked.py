@@ -195,6 +195,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
         self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
         super()._setup_model()
+        # Whether the update must also copy normalisation statistics into the targets (a BatchNorm extractor).
+        self._has_running_statistics = bool(self.policy.target_running_statistics()[0])
         if offline_data is not None:
             self._add_offline_data(offline_data)
 
@@ -228,7 +230,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         )
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "offline_dataset", "_action_queue"]
+        return [*super()._excluded_save_params(), "offline_dataset", "_action_queue", "_has_running_statistics"]
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """
@@ -283,6 +285,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         # without autograd, or each update would chain the target onto the critic's graph (as SB3's polyak_update does)
         with th.no_grad():
             th._foreach_lerp_(*policy.target_parameters(), self.tau)
+            if self._has_running_statistics:
+                th._foreach_copy_(*policy.target_running_statistics())
         for optimizer in optimizers:
             optimizer.step()
         return {name: value.detach() for name, value in losses.items()}

@@ -39,8 +39,9 @@ def inference_path(
     """
     Which forward pass a network runs on ``x``; every module asks here.
 
-    * ``"plain"``: autograd is on (training needs the differentiable ops), or the network has no hidden layer, or
-      its layers are not Linear -> GELU(tanh) [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
+    * ``"plain"``: autograd is on (training needs the differentiable ops), or ``x`` is not on the CPU (a GPU runs
+      PyTorch's fused kernels better than these multi-pass ones), or the network has no hidden layer, or its layers
+      are not Linear -> GELU(tanh) [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
     * ``"fused"``: a single network (``fusable``) without LayerNorm on float32 CPU tensors, when PyTorch ships the
       oneDNN op: each hidden layer is one oneDNN Linear -> GELU(tanh) call (LayerNorm cannot be fused into it);
     * ``"in_place"``: otherwise, the in-place kernels on the module's scratch memory.
@@ -52,9 +53,9 @@ def inference_path(
     :param fusable: Whether the network is a single MLP (ensembles are batched matmuls, which oneDNN does not fuse)
     :return: The path
     """
-    if th.is_grad_enabled() or hidden_layers == 0 or not gelu_then_layer_norm:
+    if th.is_grad_enabled() or hidden_layers == 0 or not gelu_then_layer_norm or x.device.type != "cpu":
         return "plain"
-    if fusable and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.device.type == "cpu" and x.dtype == th.float32:
+    if fusable and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
         return "fused"
     return "in_place"
 
@@ -158,7 +159,7 @@ def in_place_mlp_from_first_layer(mlp: MLP, pre: th.Tensor) -> th.Tensor:
     h = gelu_tanh_(pre, out=_region(post_block, tuple(pre.shape)))
     if mlp.norms is not None:
         h = layer_norm_(h, mlp.norms[0].weight, mlp.norms[0].bias)
-    fused = mlp.norms is None and _HAS_FUSED_LINEAR_GELU and h.device.type == "cpu" and h.dtype == th.float32
+    fused = mlp._path(h) == "fused"
     for i in range(1, len(mlp.linears) - 1):
         linear = mlp.linears[i]
         if fused:

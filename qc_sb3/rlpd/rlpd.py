@@ -186,7 +186,11 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         rollout = super().collect_rollouts(
             env, callback, train_freq, replay_buffer, action_noise, learning_starts, log_interval
         )
-        if isinstance(self.offline_dataset, OfflineShards) and self.num_timesteps > learning_starts:
+        if (
+            rollout.continue_training
+            and isinstance(self.offline_dataset, OfflineShards)
+            and self.num_timesteps > learning_starts
+        ):
             self._use_shard(self.offline_dataset.online_shard_index(self.num_timesteps))
         return rollout
 

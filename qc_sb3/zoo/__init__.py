@@ -8,8 +8,8 @@ nothing otherwise: qc_sb3 does not depend on rl-zoo3. ``python -m rl_zoo3.train`
 ``--gym-packages``, so train through this package's entry point instead, which registers the algorithms first and
 reads the shipped hyperparameter file unless ``--conf-file`` is given::
 
-    python -m qc_sb3.zoo train --algo qc --env cube-double-singletask-task2-v0 --gym-packages envs.ogbench
-    python -m qc_sb3.zoo enjoy --algo qc --env cube-double-singletask-task2-v0 --gym-packages envs.ogbench
+    python -m qc_sb3.zoo train --algo qc --env cube-double-singletask-task2-v0 --gym-packages ogbench
+    python -m qc_sb3.zoo enjoy --algo qc --env cube-double-singletask-task2-v0 --gym-packages ogbench
 
 or, in Python, ``import qc_sb3.zoo`` before calling rl-zoo3's ``train()``.
 """
