@@ -303,19 +303,8 @@ def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgo
         model.offline_dataset = run.offline_dataset
     # The constructor seeded the env with the run's seed: a resumed online phase starts its new episode from another.
     model.env.seed(run.seed + model.num_timesteps)
-    _close_interrupted_episode(model)
+    model.replay_buffer.truncate_open_episodes()
     return model
-
-
-def _close_interrupted_episode(model: ChunkedOffPolicyAlgorithm) -> None:
-    """Mark the last stored online step of each env as an episode end (truncation) if it was not one."""
-    buffer = model.replay_buffer
-    if buffer.size() == 0:
-        return
-    last = (buffer.pos - 1) % buffer.buffer_size
-    open_episode = buffer.dones[last] == 0
-    buffer.timeouts[last][open_episode] = 1.0
-    buffer.dones[last][open_episode] = 1.0
 
 
 def _record_versions(run_dir: Path, state: CheckpointState) -> None:

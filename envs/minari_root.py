@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +43,7 @@ STAGING_PREFIX = ".qc_sb3-staging-"
 def staging_root(root: str | os.PathLike) -> Iterator[Path]:
     """
     A temporary Minari root inside ``root`` (same file system, so moving a dataset out of it is a rename), named
-    ``.qc_sb3-staging-<pid>-<random>`` and removed on exit; Minari points at it for the duration of the block.
+    ``.qc_sb3-staging-<host>.<pid>-<random>`` and removed on exit; Minari points at it for the duration of the block.
 
     Staging folders left by processes that no longer run (a convert killed with kill -9) are removed first.
 
@@ -52,7 +53,7 @@ def staging_root(root: str | os.PathLike) -> Iterator[Path]:
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(root)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f"{this_host_staging_prefix()}{os.getpid()}-"))
     try:
         with minari_root(staging) as staging_path:
             yield staging_path
@@ -68,8 +69,10 @@ def remove_abandoned_staging(root: str | os.PathLike) -> list[Path]:
     :return: The folders removed
     """
     removed = []
-    for path in Path(root).glob(f"{STAGING_PREFIX}*"):
-        pid = path.name.removeprefix(STAGING_PREFIX).split("-")[0]
+    # Only this host's: on a folder shared between machines, another host's pids mean nothing here.
+    prefix = this_host_staging_prefix()
+    for path in Path(root).glob(f"{prefix}*"):
+        pid = path.name.removeprefix(prefix).split("-")[0]
         if path.is_dir() and pid.isdigit() and not _process_is_running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -85,3 +88,9 @@ def _process_is_running(pid: int) -> bool:
     except PermissionError:
         pass  # it exists, under another user
     return True
+
+
+def this_host_staging_prefix() -> str:
+    """``.qc_sb3-staging-<host>.``: the start of this machine's staging folders (the host name without dots or dashes)."""
+    host = "".join(character if character.isalnum() else "_" for character in socket.gethostname())
+    return f"{STAGING_PREFIX}{host}."

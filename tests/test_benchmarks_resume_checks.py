@@ -147,10 +147,10 @@ def test_evaluation_rows_lost_before_the_checkpoint_refuse_the_resume(interrupte
         fields = row.split(",")
         fields[5] = "19"  # offline_steps
         eval_csv.write_text(f"{header}\n{','.join(fields)}\n")
+    damaged = eval_csv.read_text() if damage != "deleted" else None
     with pytest.raises(DamagedRunError, match="checkpoint records 1 evaluation"):
         execute_run(run)
-    if damage != "deleted":
-        assert eval_csv.read_text() != text  # left as found, not overwritten
+    assert (eval_csv.read_text() if eval_csv.exists() else None) == damaged  # left as found, not overwritten
 
 
 def test_a_finished_run_of_another_configuration_is_not_claimed(tmp_path):

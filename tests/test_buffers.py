@@ -350,3 +350,17 @@ def test_constructor_refuses_bad_arguments(kwargs, message):
 def test_sampling_an_empty_buffer_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         make_buffer(10).sample(4)
+
+
+def test_add_offline_refuses_env_scale_actions():
+    buffer = ChunkReplayBuffer(8, spaces.Box(-1, 1, (2,)), spaces.Box(-2, 2, (1,)), chunk_size=2)
+    n = 4
+    with pytest.raises(ValueError, match=r"\[-1, 1\] scale \(use policy.scale_action\)"):
+        buffer.add_offline(
+            observations=np.zeros((n, 2)),
+            actions=np.full((n, 1), 1.5),
+            rewards=np.zeros(n),
+            next_observations=np.zeros((n, 2)),
+            terminated=np.zeros(n),
+            episode_end=np.arange(n) == n - 1,
+        )

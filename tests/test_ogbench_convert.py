@@ -13,6 +13,7 @@ import numpy as np
 import ogbench
 import pytest
 
+from envs.minari_root import this_host_staging_prefix
 from envs.ogbench import convert as convert_module
 from envs.ogbench import convert_shards, convert_to_minari, generate_dataset
 from envs.ogbench.__main__ import main
@@ -282,7 +283,7 @@ def test_a_failed_shard_convert_leaves_nothing_new_behind(npz_files, tmp_path, m
 
 def test_staging_folders_of_killed_converts_are_removed(npz_files, minari_root):
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
-    abandoned = minari_root / f".qc_sb3-staging-{int(finished.stdout)}-abc123"
+    abandoned = minari_root / f"{this_host_staging_prefix()}{int(finished.stdout)}-abc123"
     (abandoned / "ogbench").mkdir(parents=True)
     convert_to_minari(npz_files["cube-double"], "cube-double-play-singletask-task2-v0")
     assert [path.name for path in minari_root.iterdir()] == ["ogbench"]

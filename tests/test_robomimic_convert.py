@@ -13,6 +13,7 @@ import minari
 import numpy as np
 import pytest
 
+from envs.minari_root import this_host_staging_prefix
 from envs.robomimic import convert_to_minari
 from envs.robomimic.__main__ import main
 from qc_sb3.common.datasets import load_offline_transitions
@@ -301,11 +302,14 @@ def test_a_directory_is_said_to_be_one(tmp_path: Path, capsys: pytest.CaptureFix
 def test_staging_folders_of_killed_converts_are_removed(lift_file: Path, minari_root: Path) -> None:
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     dead_pid = int(finished.stdout)
-    abandoned = minari_root / f".qc_sb3-staging-{dead_pid}-abc123"
+    abandoned = minari_root / f"{this_host_staging_prefix()}{dead_pid}-abc123"
     (abandoned / "robomimic").mkdir(parents=True)
     (abandoned / "robomimic" / "half-made.hdf5").write_bytes(b"partial")
     # A staging folder of a process that runs (this one) belongs to a convert in progress: it is kept.
-    running = minari_root / f".qc_sb3-staging-{os.getpid()}-def456"
+    running = minari_root / f"{this_host_staging_prefix()}{os.getpid()}-def456"
     running.mkdir()
+    # Another machine's, on a shared folder: its pid means nothing here, so it is kept too.
+    other_host = minari_root / f".qc_sb3-staging-otherhost.{dead_pid}-ghi789"
+    other_host.mkdir()
     convert_to_minari(lift_file, "lift")
-    assert sorted(path.name for path in minari_root.iterdir()) == [running.name, "robomimic"]
+    assert sorted(path.name for path in minari_root.iterdir()) == sorted([running.name, other_host.name, "robomimic"])

@@ -250,3 +250,33 @@ def test_offline_source_records_name_what_can_be_read_again(minari_root, tmp_pat
         "swap_interval": 7,
     }
     assert open_offline_source_record(record) == OfflineShards(["drift/expert-v0", str(folder.resolve())], swap_interval=7)
+
+
+@pytest.mark.parametrize("second_learn", ["new run", "loaded model"])
+def test_a_new_learn_ends_the_episode_under_way_so_no_window_crosses_the_reset(second_learn, tmp_path):
+    # SB3 resets the env at a learn() with reset_num_timesteps (and for a loaded model): the step stored last before
+    # it must end its windows, as a truncation (bootstrap kept), or windows would join two episodes.
+    model = make_model(QC, learning_starts=100)
+    model.learn(total_timesteps=5)  # online steps 0..4 of one episode (EPISODE_LENGTH > 5)
+    assert model.replay_buffer.dones[4, 0] == 0
+    if second_learn == "loaded model":
+        model.save(tmp_path / "model.zip")
+        model.save_replay_buffer(tmp_path / "buffer.pkl")
+        model = QC.load(tmp_path / "model.zip", env=make_env(), offline_dataset=offline_arrays())
+        model.load_replay_buffer(tmp_path / "buffer.pkl")
+        model.learn(total_timesteps=5, reset_num_timesteps=False)
+    else:
+        model.learn(total_timesteps=5)
+    buffer = model.replay_buffer
+    assert (buffer.dones[:10, 0].tolist(), buffer.timeouts[:10, 0].tolist()) == (
+        [0] * 4 + [1] + [0] * 5,
+        [0] * 4 + [1] + [0] * 5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("offline_gradient_steps", 1e1), ("offline_gradient_steps", -1), ("offline_log_interval", 0)]
+)
+def test_offline_step_counts_must_be_integers(name, value):
+    with pytest.raises(ValueError, match=rf"{name} must be an integer >= \d, got {value!r}"):
+        make_model(QC, **{name: value})

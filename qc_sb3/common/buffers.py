@@ -178,6 +178,19 @@ class ChunkReplayBuffer(ReplayBuffer):
         for name, array in self._storage_arrays(given).items():
             setattr(self, f"offline_{name}", np.concatenate([getattr(self, f"offline_{name}"), array]))
 
+    def truncate_open_episodes(self) -> None:
+        """
+        End every env's episode at its newest stored online step as a truncation (the bootstrap stays), if it did not
+        end there: for an env reset that is no episode end (a new ``learn()``, ``set_env``, a loaded model), so that
+        no chunk window runs from the old episode into the new one.
+        """
+        if self.size() == 0:
+            return
+        last = (self.pos - 1) % self.buffer_size
+        open_episode = self.dones[last] == 0
+        self.timeouts[last][open_episode] = 1.0
+        self.dones[last][open_episode] = 1.0
+
     def clear_offline(self) -> None:
         """Empty the offline segment (the online ring is untouched), e.g. to load the next shard of a dataset."""
         for name in ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end"):
@@ -211,6 +224,12 @@ class ChunkReplayBuffer(ReplayBuffer):
                     + " or ".join(str(shape) for shape in shapes)
                     + f" (N = {n_steps} steps from rewards; observation space {self.obs_shape}, action space {action_shape})"
                 )
+        low, high = given["actions"].min(), given["actions"].max()
+        if low < -1.0 or high > 1.0:
+            raise ValueError(
+                f"add_offline: actions must be in the buffer's [-1, 1] scale (use policy.scale_action), got values "
+                f"in [{low}, {high}]"
+            )
         return {
             "observations": given["observations"].astype(self.storage_obs_dtype),
             "actions": np.clip(

@@ -156,10 +156,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             supported_action_spaces=supported_action_spaces,
         )
         check_positive_int("chunk_size", chunk_size)
-        if offline_gradient_steps < 0:
-            raise ValueError(f"offline_gradient_steps must be >= 0, got {offline_gradient_steps}")
-        if offline_log_interval < 1:
-            raise ValueError(f"offline_log_interval must be >= 1, got {offline_log_interval}")
+        check_positive_int("offline_gradient_steps", offline_gradient_steps, minimum=0)
+        check_positive_int("offline_log_interval", offline_log_interval)
         self.chunk_size = int(chunk_size)
         self.action_chunking = action_chunking
         self.offline_dataset = offline_dataset
@@ -344,6 +342,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     ) -> tuple[int, BaseCallback]:
         # Before SB3 resets the env, so that its first observation is normalised with the fitted statistics.
         self._fit_normalization_on_offline_data()
+        if reset_num_timesteps or self._last_obs is None:
+            # SB3 resets the env: the episodes under way end here, or windows would run on into the new ones.
+            self.replay_buffer.truncate_open_episodes()
         total_timesteps, callback = super()._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -386,12 +387,13 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
+        # What is stored: with VecNormalize, the observations and rewards before normalization.
+        stored_obs, stored_reward = new_obs, reward
         if self._vec_normalize_env is not None:
-            # What is stored: the observations and rewards before normalization.
-            check_env_outputs_finite(self._vec_normalize_env.get_original_obs(), "observation", self.num_timesteps)
-            check_env_outputs_finite(self._vec_normalize_env.get_original_reward(), "reward", self.num_timesteps)
-        check_env_outputs_finite(np.asarray(new_obs), "observation", self.num_timesteps)
-        check_env_outputs_finite(np.asarray(reward), "reward", self.num_timesteps)
+            stored_obs = self._vec_normalize_env.get_original_obs()
+            stored_reward = self._vec_normalize_env.get_original_reward()
+        check_env_outputs_finite(np.asarray(stored_obs), "observation", self.num_timesteps)
+        check_env_outputs_finite(np.asarray(stored_reward), "reward", self.num_timesteps)
         for env_index, (done, info) in enumerate(zip(dones, infos, strict=True)):
             if done and info.get("terminal_observation") is not None:
                 terminal = np.asarray(info["terminal_observation"])[None]

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 
 
-def check_positive_int(name: str, value: Any) -> None:
-    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def check_training_finite(
