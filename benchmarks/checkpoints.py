@@ -145,9 +145,20 @@ def _restore_model_state(model: ChunkedOffPolicyAlgorithm, state: dict[str, Any]
         setattr(model, name, None if saved is None else deque(saved, maxlen=model._stats_window_size))
 
 
+def _is_ring_array(buffer: Any, name: str, value: np.ndarray) -> bool:
+    """Whether an array of the buffer is one of its online ring's, one row per ring position."""
+    return not name.startswith("offline_") and value.ndim > 0 and value.shape[0] == buffer.buffer_size
+
+
 def _buffer_arrays(model: ChunkedOffPolicyAlgorithm) -> dict[str, np.ndarray]:
+    """The buffer's arrays as saved: the offline segment whole, the online ring up to its stored rows only."""
     buffer = model.replay_buffer
-    arrays = {name: value for name, value in vars(buffer).items() if isinstance(value, np.ndarray)}
+    stored = buffer.buffer_size if buffer.full else buffer.pos
+    arrays = {
+        name: value[:stored] if _is_ring_array(buffer, name, value) else value
+        for name, value in vars(buffer).items()
+        if isinstance(value, np.ndarray)
+    }
     return {**arrays, **{name: np.asarray(getattr(buffer, name)) for name in BUFFER_COUNTERS}}
 
 
@@ -159,18 +170,24 @@ def _restore_buffer(model: ChunkedOffPolicyAlgorithm, path: Path) -> None:
     expected = {name for name, value in vars(buffer).items() if isinstance(value, np.ndarray)} | set(BUFFER_COUNTERS)
     if set(arrays) != expected:
         raise CheckpointError(f"{path} holds the arrays {sorted(arrays)}, expected {sorted(expected)}")
-    for name in expected - set(BUFFER_COUNTERS):
-        current, array = getattr(buffer, name), arrays[name]
-        # The offline segment's length is the data's; every other dimension is fixed by the config and the env.
-        same_shape = array.shape[1:] == current.shape[1:] if name.startswith("offline_") else array.shape == current.shape
-        if array.dtype != current.dtype or not same_shape:
-            raise CheckpointError(
-                f"{path}: {name} is {array.dtype} {array.shape}, the run's buffer needs {current.dtype} {current.shape}"
-            )
-        setattr(buffer, name, array)
     position, full = int(arrays["pos"]), bool(arrays["full"])
     if not 0 <= position < buffer.buffer_size:
         raise CheckpointError(f"{path}: pos must be in [0, {buffer.buffer_size}), got {position}")
+    stored = buffer.buffer_size if full else position
+    for name in expected - set(BUFFER_COUNTERS):
+        current, array = getattr(buffer, name), arrays[name]
+        ring = _is_ring_array(buffer, name, current)
+        # The offline segment's length is the data's, the ring's the rows stored; other dimensions are the config's.
+        expected_shape = (stored, *current.shape[1:]) if ring else current.shape
+        same_shape = array.shape[1:] == current.shape[1:] if name.startswith("offline_") else array.shape == expected_shape
+        if array.dtype != current.dtype or not same_shape:
+            raise CheckpointError(
+                f"{path}: {name} is {array.dtype} {array.shape}, the run's buffer needs {current.dtype} {expected_shape}"
+            )
+        if ring:
+            current[:stored] = array
+        else:
+            setattr(buffer, name, array)
     buffer.pos, buffer.full = position, full
 
 
