@@ -114,7 +114,9 @@ def _prepare_official(request: DatasetRequest) -> str | OfflineShards:
         key["swap_interval"] = options["swap_interval"]
 
         def build() -> str | OfflineShards:
-            with minari_root(cache / "minari") as root:
+            # The shards' ids are fixed by the task: each shard folder gets a Minari root of its own, so that another
+            # folder of the same task never overwrites them under this key's record.
+            with minari_root(cache / "minari" / f"shards-{short_digest(fingerprint)}") as root:
                 ids = convert_shards(path, task.name, overwrite=True, progress=request.progress)
             return OfflineShards([str(root / dataset_id) for dataset_id in ids], swap_interval=options["swap_interval"])
 
