@@ -71,7 +71,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
 
     :param policy: The policy model to use
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: Learning rate of every optimizer, constant or a schedule of the remaining progress
+    :param learning_rate: Learning rate of every optimizer, constant or a schedule of the remaining progress (as in
+        SB3, progress counts online env steps: the offline phase runs at the schedule's start value)
     :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top), at least 1
     :param learning_starts: Online env steps collected before the first update (the policy acts from step 0)
     :param batch_size: Minibatch size of each gradient step, at least 1 (a warning when above the offline data's size)

@@ -23,7 +23,8 @@ class QCFQL(FlowQAlgorithm):
 
     :param policy: The policy model to use ("MlpPolicy")
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: Adam learning rate
+    :param learning_rate: Adam learning rate, constant or a schedule of the remaining online progress (the offline
+        phase runs at its start value)
     :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top)
     :param learning_starts: Online env steps collected before the first update (the policy acts from step 0)
     :param batch_size: Minibatch size of each gradient step

@@ -41,7 +41,8 @@ class RLPD(ChunkedOffPolicyAlgorithm):
 
     :param policy: The policy model to use ("MlpPolicy")
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
-    :param learning_rate: Adam learning rate (actor, critic and temperature)
+    :param learning_rate: Adam learning rate (actor, critic and temperature), constant or a schedule of the
+        remaining online progress
     :param buffer_size: Number of online steps the replay buffer keeps (offline data comes on top)
     :param learning_starts: Online env steps with uniformly random primitive actions and no update
     :param batch_size: Minibatch size of each gradient step
