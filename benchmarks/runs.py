@@ -4,7 +4,8 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 
 * ``config.json``: the resolved run (task, method, seed, every hyperparameter, env keyword arguments, protocol,
   dataset source); a run whose folder holds a different one is refused;
-* ``versions.json``: the package versions of each session that worked on the run;
+* ``versions.json``: the package versions and the source revision (git commit, and whether the checkout had
+  uncommitted changes) of each session that worked on the run;
 * ``eval.csv``: one row per evaluation (:mod:`benchmarks.evaluations`); ``step`` is the paper's x-axis: offline
   gradient steps, then the offline budget plus online env steps;
 * ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
@@ -34,6 +35,7 @@ from __future__ import annotations
 import importlib
 import json
 import platform
+import subprocess
 import time
 import traceback
 from collections.abc import Callable
@@ -103,6 +105,27 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
+
+
+def source_revision() -> dict[str, Any]:
+    """
+    The git revision of the checkout the runner's code is imported from: ``commit`` and ``dirty`` (uncommitted changes
+    to tracked files), or ``commit`` None outside a git checkout. Results that back a claim come from a pinned, clean
+    checkout (``git worktree add DIR COMMIT``).
+    """
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*arguments: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def check_run_folder(run: RunSpec) -> None:
@@ -310,7 +333,14 @@ def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgo
 def _record_versions(run_dir: Path, state: CheckpointState) -> None:
     path = run_dir / VERSIONS_FILE
     sessions = read_json(path)["sessions"] if path.exists() else []
-    sessions.append({"started": _now(), "from_evaluation": state.evaluations_done, "versions": package_versions()})
+    sessions.append(
+        {
+            "started": _now(),
+            "from_evaluation": state.evaluations_done,
+            "versions": package_versions(),
+            "source": source_revision(),
+        }
+    )
     write_json(path, {"sessions": sessions})
 
 
