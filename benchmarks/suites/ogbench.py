@@ -131,12 +131,17 @@ def _prepare_official(request: DatasetRequest) -> str | OfflineShards:
     return cached(cache, key, build)
 
 
-def _prepare_generated(request: DatasetRequest) -> str | OfflineShards:
-    from envs.ogbench import convert_to_minari, generate_dataset
-
-    task, options, cache = request.task, request.options, request.cache
+def _generation_tag(options: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     parameters = {key: options[key] for key in ("episodes", "episode_length", "seed")}
-    tag = "e{episodes}-l{episode_length}-s{seed}".format(**parameters)
+    return parameters, "e{episodes}-l{episode_length}-s{seed}".format(**parameters)
+
+
+def _generated_play_data(request: DatasetRequest) -> Path:
+    """The generated play data of a task's family (an ``.npz`` in the cache), generated once."""
+    from envs.ogbench import generate_dataset
+
+    task, cache = request.task, request.cache
+    parameters, tag = _generation_tag(request.options)
 
     def generate() -> Path:
         return generate_dataset(
@@ -152,7 +157,30 @@ def _prepare_generated(request: DatasetRequest) -> str | OfflineShards:
         )
 
     # The play data is shared by the family's tasks; each task relabels it into its own Minari dataset.
-    play_data = cached_file(cache, {"suite": "ogbench", "dataset": task.dataset, "generate": parameters}, generate)
+    return cached_file(cache, {"suite": "ogbench", "dataset": task.dataset, "generate": parameters}, generate)
+
+
+def play_data_files(request: DatasetRequest) -> list[Path]:
+    """
+    The ``.npz`` training files a task's runs read, in shard order, in OGBench's own format (for programs that read
+    OGBench's files, such as the reference implementation's ``--ogbench_dataset_dir``); generated data is generated
+    into the cache first, as :func:`_prepare_generated` does.
+
+    :param request: The task, its dataset options and the cache
+    :return: One file, or a shard folder's training files
+    """
+    if request.options["source"] == "generate":
+        return [_generated_play_data(request)]
+    path = _official_path(request.task, request.options)
+    return _shards(path) if path.is_dir() else [path]
+
+
+def _prepare_generated(request: DatasetRequest) -> str | OfflineShards:
+    from envs.ogbench import convert_to_minari
+
+    task, cache = request.task, request.cache
+    parameters, tag = _generation_tag(request.options)
+    play_data = _generated_play_data(request)
 
     def convert() -> str:
         dataset_id = f"generated/{_stem(task.name)}-{tag}-v0"
