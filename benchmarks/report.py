@@ -28,6 +28,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from benchmarks.implementation_parity import (
+    IMPLEMENTATION,
+    curve_differences,
+    paired_results,
+    parity_markdown,
+    per_evaluation_differences,
+    plot_parity,
+)
+from benchmarks.paper_comparison import task_markdown, task_table
 from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
 
 PAPER_CURVES = "paper_curves.csv"
@@ -64,7 +73,8 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     Every evaluation row of a results folder, with its run's task, suite, domain, method, seed and protocol.
 
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
-    :return: One row per evaluation; empty if there is none
+    :return: One row per evaluation; empty if there is none. ``method`` is ``"<method> (<implementation>)"`` for runs
+        of another implementation (their config.json's ``implementation``), ``base_method`` the method alone
     """
     frames = []
     for path in sorted(Path(results_dir).rglob("eval.csv")):
@@ -76,11 +86,15 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
         if frame.empty:
             continue
         protocol = config["protocol"]
+        implementation = config.get("implementation", IMPLEMENTATION)
         frame = frame.assign(
             task=config["task"],
             suite=config["suite"],
             domain=config["domain"],
-            method=config["method"],
+            # Another implementation's runs of a method (benchmarks.reference_runs) are a method of their own here.
+            method=config["method"] if implementation == IMPLEMENTATION else f"{config['method']} ({implementation})",
+            base_method=config["method"],
+            implementation=implementation,
             seed=config["seed"],
             offline_budget=protocol["offline_steps"],
             online_budget=protocol["online_steps"],
@@ -283,13 +297,43 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
         plot_task(str(task), curves[curves["task"] == task], task_results, paper, out / f"{task}.png")
     table = final_success_table(results, seed=seed)
     table.to_csv(out / "summary.csv", index=False)
+    per_task = task_table(results, paper, {str(task): paper_task_name(str(task)) for task in results["task"].unique()}, seed)
+    per_task.to_csv(out / "tasks.csv", index=False)
     text = (
         f"# Results: {results_dir}\n\n"
         "Success rate at the end of each phase: mean over the tasks of each task's mean over seeds, with a 95% "
-        "stratified bootstrap interval (tasks as strata, seeds resampled).\n\n" + markdown_table(table)
+        "stratified bootstrap interval (tasks as strata, seeds resampled).\n\n" + markdown_table(table) + "\n"
+        "## Per task, with the paper's\n\n"
+        "Mean success over seeds at the end of each phase (@ its steps), with a 95% bootstrap interval over seeds; "
+        "beside it, the paper's mean success at its first evaluation at or after the same steps of the phase.\n\n"
+        + task_markdown(per_task)
     )
+    text += _parity_section(results, curves, out, seed)
     (out / "summary.md").write_text(text, encoding="utf-8")
     return out
+
+
+def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed: int) -> str:
+    """Where both qc_sb3 and the reference ran a task and method: the comparison's tables, plots and Markdown."""
+    paired = paired_results(results)
+    if paired.empty:
+        return ""
+    evaluations = per_evaluation_differences(paired, seed=seed)
+    evaluations.to_csv(out / "parity_evaluations.csv", index=False)
+    verdicts = curve_differences(paired, evaluations, seed=seed)
+    verdicts.to_csv(out / "parity.csv", index=False)
+    for task in paired["task"].unique():
+        plot_parity(
+            str(task), curves[(curves["task"] == task) & curves["method"].isin(paired["method"])], out / f"parity-{task}.png"
+        )
+    return (
+        "\n## qc_sb3 and the reference implementation\n\n"
+        "The same task, method, settings and data run by both (benchmarks.reference_runs). Per run, the mean success "
+        "over its evaluations; the difference of the implementations' means over seeds (qc_sb3 minus reference) with "
+        "a 95% bootstrap interval; the evaluations whose Bonferroni-level interval excludes 0 "
+        "(parity_evaluations.csv). They agree when the interval contains 0 and no evaluation is apart.\n\n"
+        + parity_markdown(verdicts)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

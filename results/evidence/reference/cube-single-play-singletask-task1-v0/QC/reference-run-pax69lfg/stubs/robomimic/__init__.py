@@ -1,0 +1,1 @@
+DATASET_REGISTRY = {}

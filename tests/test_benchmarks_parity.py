@@ -1,0 +1,168 @@
+"""Evidence reports: qc_sb3 against the reference implementation, the per-task table with the paper's numbers, and the
+translation of a benchmark config into the reference's main.py flags."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.config import load_config
+from benchmarks.paper_comparison import paper_success_at
+from benchmarks.planning import plan_runs
+from benchmarks.reference_runs import convert_eval_rows, reference_flags
+from benchmarks.report import read_paper_curves, write_report
+from benchmarks.stats import bootstrap_difference_ci
+
+TASK = "cube-single-play-singletask-task1-v0"
+PUZZLE_2 = "puzzle-3x3-play-singletask-task2-v0"
+
+
+def exact_difference_quantiles(first: list[float], second: list[float]) -> tuple[float, float]:
+    """Quantiles (2.5%, 97.5%) of the exact bootstrap distribution of mean(first*) - mean(second*), by enumeration."""
+    values = sorted(
+        np.mean(a) - np.mean(b)
+        for a in itertools.product(first, repeat=len(first))
+        for b in itertools.product(second, repeat=len(second))
+    )
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def test_bootstrap_difference_matches_exact_enumeration():
+    first, second = [0.2, 0.6, 0.7], [0.0, 0.1, 0.5]
+    difference, low, high = bootstrap_difference_ci(first, second, n_resamples=200_000, seed=2)
+    assert difference == pytest.approx(0.5 - 0.2)
+    assert (low, high) == pytest.approx(exact_difference_quantiles(first, second), abs=0.02)
+    assert bootstrap_difference_ci([0.4], [0.1]) == pytest.approx((0.3, 0.3, 0.3))
+    with pytest.raises(ValueError):
+        bootstrap_difference_ci([0.1], [])
+
+
+def test_paper_success_is_read_at_the_first_evaluation_at_or_after_the_step():
+    paper = read_paper_curves()
+    # From benchmarks/data/paper_curves.csv: puzzle-3x3 task 2, QC, 1.00 at 100k; BFN 0.28 at 100k and 1.00 at 200k.
+    assert paper_success_at(paper, "puzzle-3x3-play-task2", "QC", "offline", 50_000) == (pytest.approx(1.0), 100_000)
+    assert paper_success_at(paper, "puzzle-3x3-play-task2", "BFN", "offline", 100_000) == (
+        pytest.approx(0.28, abs=0.005),
+        100_000,
+    )
+    assert paper_success_at(paper, "puzzle-3x3-play-task2", "BFN", "offline", 100_001)[1] == 200_000
+    # The online phase is read after the paper's 1M offline steps: 20k online steps -> its 1.1M point.
+    assert paper_success_at(paper, "puzzle-3x3-play-task2", "BFN", "online", 20_000)[1] == 1_100_000
+    assert paper_success_at(paper, None, "QC", "offline", 1000) is None
+    assert paper_success_at(paper, "puzzle-3x3-play-task2", "QC", "offline", 2_000_000) is None
+
+
+def _write_run(root: Path, task: str, method: str, seed: int, successes: list[float], implementation: str | None) -> None:
+    run_dir = root / (implementation or "ours") / task / method / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    config = {
+        "task": task,
+        "suite": "ogbench",
+        "domain": task.split("-play")[0],
+        "method": method,
+        "seed": seed,
+        "protocol": {"offline_steps": 200, "online_steps": 200, "eval_interval": 100, "eval_episodes": 5},
+    }
+    if implementation:
+        config["implementation"] = implementation
+    (run_dir / "config.json").write_text(json.dumps(config))
+    steps = (100, 200, 300, 400)
+    rows = [
+        {"step": s, "phase": "offline" if s <= 200 else "online", "success": v} for s, v in zip(steps, successes, strict=True)
+    ]
+    pd.DataFrame(rows).to_csv(run_dir / "eval.csv", index=False)
+
+
+def test_report_compares_implementations_and_tabulates_tasks_with_the_paper(tmp_path):
+    root = tmp_path / "evidence"
+    # QC: the two implementations alike; QC-FQL: qc_sb3 always succeeds, the reference never.
+    for seed, implementation in itertools.product(range(3), (None, "reference")):
+        _write_run(root, TASK, "QC", seed, [0.1 * seed, 0.2, 0.4, 0.6 + 0.1 * seed], implementation)
+        _write_run(root, TASK, "QC-FQL", seed, [1.0] * 4 if implementation is None else [0.0] * 4, implementation)
+    for seed in range(2):
+        _write_run(root, PUZZLE_2, "BFN", seed, [0.0, 0.5 * seed, 0.5, 1.0], None)
+    out = write_report(root)
+
+    verdicts = pd.read_csv(out / "parity.csv").set_index("method")
+    assert verdicts.loc["QC", "difference"] == pytest.approx(0.0)
+    # Each run's mean over its four evaluations: 0.3 + 0.05 seed, for both implementations.
+    per_run = [0.3, 0.35, 0.4]
+    expected = exact_difference_quantiles(per_run, per_run)
+    assert (verdicts.loc["QC", "ci95_low"], verdicts.loc["QC", "ci95_high"]) == pytest.approx(expected, abs=0.02)
+    assert bool(verdicts.loc["QC", "agree"]) and verdicts.loc["QC", "evaluations_apart"] == 0
+    assert verdicts.loc["QC-FQL", "difference"] == pytest.approx(1.0)
+    assert not verdicts.loc["QC-FQL", "agree"] and verdicts.loc["QC-FQL", "evaluations_apart"] == 4
+    per_step = pd.read_csv(out / "parity_evaluations.csv")
+    qc_100 = per_step[(per_step["method"] == "QC") & (per_step["step"] == 100)].iloc[0]
+    assert (qc_100["ours"], qc_100["reference"], qc_100["seeds_ours"]) == pytest.approx((0.1, 0.1, 3))
+    assert qc_100["bonferroni_level"] == pytest.approx(1 - 0.05 / 4)
+    assert (out / f"parity-{TASK}.png").read_bytes()[:4] == b"\x89PNG"
+
+    tasks = pd.read_csv(out / "tasks.csv")
+    bfn = tasks[(tasks["task"] == PUZZLE_2) & (tasks["method"] == "BFN") & (tasks["phase"] == "offline")].iloc[0]
+    assert (bfn["success"], bfn["seeds"], bfn["paper_step"]) == pytest.approx((0.25, 2, 100_000))
+    assert bfn["paper_success"] == pytest.approx(0.28, abs=0.005)
+    reference_row = tasks[(tasks["method"] == "QC-FQL (reference)") & (tasks["phase"] == "online")].iloc[0]
+    assert reference_row["success"] == 0.0 and np.isnan(reference_row["paper_success"])
+    summary = (out / "summary.md").read_text()
+    assert f"| {PUZZLE_2} | BFN | 2 | 0.25 [0.00, 0.50] @200 | 0.28 (100k) |" in summary
+    assert f"| {TASK} | QC-FQL | 3 / 3 | 4 | 1.000 | 0.000 | +1.000 [+1.000, +1.000] | 4 | no |" in summary
+
+
+def test_a_config_becomes_the_reference_flags_of_the_same_settings():
+    config = load_config(Path(__file__).parents[1] / "benchmarks" / "configs" / "evidence-parity.yaml")
+    runs = {(run.method, run.seed): run for run in plan_runs(config, "unused")}
+    flags = reference_flags(runs[("QC", 1)])
+    expected = {
+        "--env_name=cube-single-play-singletask-task1-v0",
+        "--seed=1",
+        "--offline_steps=10000",
+        "--online_steps=20000",
+        "--eval_interval=2500",
+        "--eval_episodes=20",
+        "--sparse=False",
+        "--agent.actor_type=best-of-n",
+        "--agent.actor_num_samples=8",
+        "--horizon_length=5",
+        "--agent.action_chunking=True",
+        "--agent.flow_steps=10",
+        "--agent.batch_size=256",
+        "--agent.lr=0.0003",
+        "--discount=0.99",
+        "--agent.num_qs=2",
+        "--start_training=5000",
+        "--agent.actor_hidden_dims=(256,256)",
+        "--agent.value_hidden_dims=(256,256)",
+    }
+    assert expected <= set(flags)
+    fql = reference_flags(runs[("QC-FQL", 0)])
+    assert {"--agent.actor_type=distill-ddpg", "--agent.alpha=300.0"} <= set(fql)
+    assert not any(flag.startswith("--agent.actor_num_samples") for flag in fql)
+
+
+def test_settings_without_a_reference_flag_are_refused():
+    config = load_config(Path(__file__).parents[1] / "benchmarks" / "configs" / "evidence-parity.yaml")
+    run = plan_runs(config, "unused")[0]
+    changed = run.hyperparameters | {"gradient_steps": 2}
+    with pytest.raises(ValueError, match="no flag for gradient_steps=2"):
+        reference_flags(type(run)(**{**vars(run), "hyperparameters": changed}))
+
+
+def test_the_references_extra_evaluations_before_each_phase_end_are_left_out():
+    config = load_config(Path(__file__).parents[1] / "benchmarks" / "configs" / "evidence-parity.yaml")
+    run = plan_runs(config, "unused")[0]
+    rows = [{"step": str(step), "success": "0.5"} for step in (2500, 5000, 7500, 9999, 10000, 12500, 29999, 30000)]
+    converted = convert_eval_rows(rows, run)
+    assert [(row["step"], row["phase"]) for row in converted] == [
+        (2500, "offline"),
+        (5000, "offline"),
+        (7500, "offline"),
+        (10000, "offline"),
+        (12500, "online"),
+        (30000, "online"),
+    ]
