@@ -1,1 +1,0 @@
-DATASET_REGISTRY = {}

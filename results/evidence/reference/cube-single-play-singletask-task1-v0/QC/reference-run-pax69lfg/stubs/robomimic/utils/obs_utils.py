@@ -1,1 +1,0 @@
-def initialize_obs_modality_mapping_from_dict(*args, **kwargs): pass
