@@ -217,7 +217,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
         checkpoint = latest_checkpoint(run_dir)
         rows = read_rows(run_dir / EVAL_FILE)
         if checkpoint is None:
-            model = _new_model(run, env)
+            model = build_model(run, env)
             state = CheckpointState("offline", 0, 0, 0, 0.0)
         else:
             folder, state = checkpoint
@@ -313,7 +313,14 @@ def _build_model(run: RunSpec, env: Any, offline_dataset: str | OfflineShards | 
     )
 
 
-def _new_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
+def build_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
+    """
+    A new run's algorithm on its prepared offline data, built from its config.
+
+    :param run: The run (``offline_dataset`` set by :func:`benchmarks.datasets.prepare_datasets`)
+    :param env: The run's env
+    :return: The model, untrained
+    """
     return _build_model(run, env, run.offline_dataset)
 
 
