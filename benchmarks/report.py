@@ -1,13 +1,19 @@
 """Learning curves and final-success tables of a results folder, with the paper's curves alongside.
 
-Run: ``python -m benchmarks.report RESULTS_DIR [--out DIR]`` (default ``RESULTS_DIR/report``). Writes:
+Run: ``python -m benchmarks.report RESULTS_DIR [--out DIR] [--finished-only]`` (default ``RESULTS_DIR/report``).
+Runs of another implementation (``implementation`` in their ``config.json``, :mod:`benchmarks.reference_runs`) are
+methods of their own, named ``<method> (<implementation>)``. Writes:
 
 * ``<task>.png``: success rate against the paper's x-axis (offline gradient steps, then the offline budget plus
   online env steps), the mean over seeds with a 95% bootstrap band, one colour per method; the paper's curve of the
   same task and method dashed, its two phases stretched onto this protocol's when the budgets differ;
 * ``curves.csv``: those means and bands;
 * ``summary.md`` and ``summary.csv``: success at the end of the offline and of the online phase per domain and
-  method (and over a suite's domains), with 95% stratified bootstrap intervals over tasks and seeds.
+  method (and over a suite's domains), with 95% stratified bootstrap intervals over tasks and seeds; then the same
+  per task, with the paper's success at the same step beside it (``tasks.csv``, :mod:`benchmarks.paper_comparison`);
+* where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
+  ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`benchmarks.implementation_parity`), and their
+  table in ``summary.md``.
 """
 
 from __future__ import annotations
@@ -68,18 +74,19 @@ def read_paper_curves() -> pd.DataFrame:
         return pd.read_csv(file)
 
 
-def load_results(results_dir: str | Path) -> pd.DataFrame:
+def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.DataFrame:
     """
     Every evaluation row of a results folder, with its run's task, suite, domain, method, seed and protocol.
 
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
+    :param finished_only: Read only finished runs (those with a ``DONE`` file)
     :return: One row per evaluation; empty if there is none. ``method`` is ``"<method> (<implementation>)"`` for runs
         of another implementation (their config.json's ``implementation``), ``base_method`` the method alone
     """
     frames = []
     for path in sorted(Path(results_dir).rglob("eval.csv")):
         config_path = path.with_name("config.json")
-        if not config_path.exists():
+        if not config_path.exists() or (finished_only and not path.with_name("DONE").exists()):
             continue
         config = json.loads(config_path.read_text(encoding="utf-8"))
         frame = pd.read_csv(path)
@@ -274,19 +281,20 @@ def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.
     return drew_paper
 
 
-def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0) -> Path:
+def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0, finished_only: bool = False) -> Path:
     """
     Write the plots and tables of a results folder.
 
     :param results_dir: The results folder
     :param out: The report folder (default ``<results_dir>/report``)
     :param seed: Seed of the bootstraps
+    :param finished_only: Report only finished runs (a campaign's committed evidence, while others are under way)
     :return: The report folder
     """
     results_dir = Path(results_dir)
     out = results_dir / "report" if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = load_results(results_dir)
+    results = load_results(results_dir, finished_only=finished_only)
     if results.empty:
         (out / "summary.md").write_text("No evaluations found.\n", encoding="utf-8")
         return out
@@ -347,10 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results_dir", help="a results folder written by benchmarks.run")
     parser.add_argument("--out", default=None, help="report folder (default: RESULTS_DIR/report)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    parser.add_argument("--finished-only", action="store_true", help="only runs that have finished (a DONE file)")
     args = parser.parse_args(argv)
     if not Path(args.results_dir).is_dir():
         parser.error(f"{args.results_dir} is not a folder")
-    out = write_report(args.results_dir, args.out, seed=args.seed)
+    out = write_report(args.results_dir, args.out, seed=args.seed, finished_only=args.finished_only)
     print(f"report written to {out}")
     print((out / "summary.md").read_text(encoding="utf-8"))
     return 0

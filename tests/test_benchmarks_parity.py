@@ -166,3 +166,13 @@ def test_the_references_extra_evaluations_before_each_phase_end_are_left_out():
         (12500, "online"),
         (30000, "online"),
     ]
+
+
+def test_finished_only_reads_the_runs_that_have_finished(tmp_path):
+    from benchmarks.report import load_results
+
+    _write_run(tmp_path, TASK, "QC", 0, [0.1, 0.2, 0.3, 0.4], None)
+    _write_run(tmp_path, TASK, "QC", 1, [0.5, 0.5, 0.5, 0.5], None)
+    (tmp_path / "ours" / TASK / "QC" / "seed1" / "DONE").write_text("{}")
+    assert sorted(load_results(tmp_path)["seed"].unique()) == [0, 1]
+    assert load_results(tmp_path, finished_only=True)["seed"].unique().tolist() == [1]
