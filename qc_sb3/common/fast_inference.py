@@ -54,9 +54,8 @@ def inference_path(
     :param fusable: Whether the network is a single MLP (ensembles are batched matmuls, which oneDNN does not fuse)
     :return: The path
     """
-    if th.is_grad_enabled() or th.compiler.is_compiling() or x.device.type != "cpu":
-        return "plain"
-    if hidden_layers == 0 or not gelu_then_layer_norm:
+    plain_network = hidden_layers == 0 or not gelu_then_layer_norm
+    if th.is_grad_enabled() or th.compiler.is_compiling() or x.device.type != "cpu" or plain_network:
         return "plain"
     if fusable and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
         return "fused"
