@@ -99,7 +99,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param seed: Seed for the pseudo random generators
     :param compile_step: Compile the losses of the gradient step and their backward pass with ``torch.compile``
         (:mod:`qc_sb3.common.compiled_step`): the same updates to float32 rounding, faster on CPU for small
-        networks (2 x 256 on one CPU thread: QC-FQL 1.15-1.2x; QC 1.0-1.05x, bound by its best-of-N sampler,
+        networks (2 x 256 on one CPU thread: QC-FQL 1.15-1.3x; QC 1.0-1.05x, bound by its best-of-N sampler,
         which stays eager), at a one-off compile in the first ``train()`` of a process (35-50 s on a 2-core
         machine, about 4 s once inductor's on-disk cache holds the graphs). Off
         by default, as in SB3; where compiling is impossible (no C++ compiler, no triton, another device) the step
