@@ -105,6 +105,17 @@ def test_compiled_model_saves_and_loads_with_its_option(trained_pair, tmp_path):
         th.testing.assert_close(loaded.policy.state_dict()[name], value, rtol=0, atol=0, msg=name)
 
 
+def test_a_second_compiled_model_trains_with_its_own_weights(trained_pair):
+    # torch.compile shares one graph between models of the same shapes: it must read each model's own parameters.
+    algorithm = type(trained_pair[0])
+    compiled, eager = make_model(algorithm, True), make_model(algorithm, False)
+    compiled.policy.load_state_dict({name: value + 0.01 for name, value in compiled.policy.state_dict().items()})
+    eager.policy.load_state_dict(compiled.policy.state_dict())
+    for expected, got in zip(run_steps(eager, 10), run_steps(compiled, 10), strict=True):
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    assert compiled._step_losses.compiled
+
+
 def test_no_cpp_compiler_falls_back_to_eager_with_the_reason():
     with inductor_config.patch({"cpp.cxx": ("no-such-c++-compiler",)}), pytest.warns(UserWarning) as caught:
         model = make_model(QCFQL, True)
