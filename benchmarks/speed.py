@@ -16,6 +16,10 @@ Ratios to the reference JAX code are printed only when it is timed in the same c
 ``RESULT {json}`` line per measurement (``steps_per_s.headline``, ``latency_ms.median``), ``--reference-root`` the
 reference's code. The reference is never a dependency of qc_sb3; without these options no ratio is printed, since a
 figure from another machine or another hour is no baseline.
+
+``--compile-step`` also times a copy of every model built with ``compile_step=True`` (the same weights), in the same
+rounds, and prints its steps/s and its ratio to the eager step; each copy's compile (its first ``train()``, with
+inductor's on-disk cache as this process finds it) is timed once, before the rounds.
 """
 
 from __future__ import annotations
@@ -135,8 +139,14 @@ def matmul_call() -> tuple[Callable[[], object], float]:
     return lambda: x @ w, 2 * 8192 * 512 * 512
 
 
-def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]):
-    kwargs = {"policy_kwargs": {"net_arch": config["net_arch"]}, "chunk_size": CHUNK_SIZE, "device": device, "seed": 0}
+def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray], compile_step: bool = False):
+    kwargs = {
+        "policy_kwargs": {"net_arch": config["net_arch"]},
+        "chunk_size": CHUNK_SIZE,
+        "device": device,
+        "seed": 0,
+        "compile_step": compile_step,
+    }
     if method == "QC":
         model = QC(
             "MlpPolicy", ConstantEnv(), offline_dataset=dataset, actor_num_samples=config["actor_num_samples"], **kwargs
@@ -154,6 +164,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per model and round")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=["QC", "QCFQL"])
+    parser.add_argument("--compile-step", action="store_true", help="also time the step with compile_step=True")
     parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
     parser.add_argument("--reference-harness", help="script that times the reference agents (RESULT lines)")
     parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
@@ -165,10 +176,22 @@ def main() -> None:
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
     models = {(c, m): build(m, CONFIGS[c], args.device, dataset) for c in args.configs for m in args.methods}
+    compiled_models, compile_seconds = {}, {}
+    if args.compile_step:
+        for (config_name, method), model in models.items():
+            compiled = build(method, CONFIGS[config_name], args.device, dataset, compile_step=True)
+            compiled.policy.load_state_dict(model.policy.state_dict())
+            start = time.perf_counter()
+            compiled.train(gradient_steps=1, batch_size=256)
+            compiled_models[config_name, method] = compiled
+            compile_seconds[config_name, method] = time.perf_counter() - start
     matmul, matmul_flops = matmul_call()
     calls: dict[str, Callable[[], object]] = {"matmul": matmul}
     for (config_name, method), model in models.items():
         calls[f"{config_name} {method} step"] = lambda model=model: model.train(gradient_steps=1, batch_size=256)
+        if (config_name, method) in compiled_models:
+            compiled = compiled_models[config_name, method]
+            calls[f"{config_name} {method} compiled"] = lambda model=compiled: model.train(gradient_steps=1, batch_size=256)
         calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
     times = interleaved_seconds(calls, args.rounds, args.repeats)
     # The reference right after, in the same window: its figures are the only baseline a ratio may use.
@@ -204,6 +227,18 @@ def main() -> None:
             f"{config_name:8s} {method:6s} {steps_per_second:10.2f} ({1 / min(step_times):8.2f}) {step_figures} "
             f"{decision_ms:12.2f} {decision_figures}"
         )
+
+    if compiled_models:
+        print("compile_step=True, in the same rounds (ratio: compiled steps/s over eager steps/s):")
+        print(f"{'config':8s} {'method':6s} {'eager steps/s':>14s} {'compiled steps/s':>17s} {'ratio':>7s} {'compile s':>10s}")
+        for key, compiled in compiled_models.items():
+            eager_rate = 1 / statistics.median(times[f"{key[0]} {key[1]} step"])
+            compiled_rate = 1 / statistics.median(times[f"{key[0]} {key[1]} compiled"])
+            mode = "" if compiled._step_losses.compiled else f" (eager: {compiled._step_losses.fallback_reason})"
+            print(
+                f"{key[0]:8s} {key[1]:6s} {eager_rate:14.2f} {compiled_rate:17.2f} {compiled_rate / eager_rate:6.2f}x "
+                f"{compile_seconds[key]:10.1f}{mode}"
+            )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ def inference_path(
     Which forward pass a network runs on ``x``; every module asks here.
 
     * ``"plain"``: autograd is on (training needs the differentiable ops), or ``x`` is not on the CPU (a GPU runs
-      PyTorch's fused kernels better than these multi-pass ones), or the network has no hidden layer, or its layers
+      PyTorch's fused kernels better than these multi-pass ones), or ``torch.compile`` is tracing (it fuses the
+      plain ops itself and cannot trace the scratch memory), or the network has no hidden layer, or its layers
       are not Linear -> GELU(tanh) [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
     * ``"fused"``: a single network (``fusable``) without LayerNorm on float32 CPU tensors, when PyTorch ships the
       oneDNN op: each hidden layer is one oneDNN Linear -> GELU(tanh) call (LayerNorm cannot be fused into it);
@@ -53,7 +54,8 @@ def inference_path(
     :param fusable: Whether the network is a single MLP (ensembles are batched matmuls, which oneDNN does not fuse)
     :return: The path
     """
-    if th.is_grad_enabled() or hidden_layers == 0 or not gelu_then_layer_norm or x.device.type != "cpu":
+    plain_network = hidden_layers == 0 or not gelu_then_layer_norm
+    if th.is_grad_enabled() or th.compiler.is_compiling() or x.device.type != "cpu" or plain_network:
         return "plain"
     if fusable and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
         return "fused"

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qc_sb3.common import fast_inference
+from qc_sb3.common.compiled_step import run_eagerly_on_cpu
 from qc_sb3.common.fast_inference import LAYER_NORM_EPS, inference_path
 
 
@@ -287,6 +288,7 @@ class OneStepActor(nn.Module):
         return self.mlp(th.cat((observations, noise), dim=-1))
 
 
+@run_eagerly_on_cpu
 def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
     """
     Integrate the flow from noise with ``flow_steps`` Euler steps, a <- a + f(s, a, i / T) / T, and clip the result
@@ -310,6 +312,7 @@ def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, n
     return actions.clamp(-1.0, 1.0)
 
 
+@run_eagerly_on_cpu
 def best_of_n_actions(
     vector_field: FlowVectorField,
     critic: CriticEnsemble,

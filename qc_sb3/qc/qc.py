@@ -51,6 +51,9 @@ class QC(FlowQAlgorithm):
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
     :param device: Device (cpu, cuda, ...) on which the code should be run
     :param seed: Seed for the pseudo random generators
+    :param compile_step: Compile the losses of the gradient step with ``torch.compile`` (off by default; see
+        ``ChunkedOffPolicyAlgorithm``: the same updates to float32 rounding, eager with a warning where compiling is
+        impossible)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -86,6 +89,7 @@ class QC(FlowQAlgorithm):
         verbose: int = 0,
         device: th.device | str = "auto",
         seed: int | None = None,
+        compile_step: bool = False,
         _init_setup_model: bool = True,
     ):
         super().__init__(
@@ -115,6 +119,7 @@ class QC(FlowQAlgorithm):
             verbose=verbose,
             device=device,
             seed=seed,
+            compile_step=compile_step,
         )
         if actor_num_samples < 1:
             raise ValueError(f"actor_num_samples must be >= 1, got {actor_num_samples}")

@@ -54,6 +54,9 @@ class QCFQL(FlowQAlgorithm):
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
     :param device: Device (cpu, cuda, ...) on which the code should be run
     :param seed: Seed for the pseudo random generators
+    :param compile_step: Compile the losses of the gradient step with ``torch.compile`` (off by default; see
+        ``ChunkedOffPolicyAlgorithm``: the same updates to float32 rounding, eager with a warning where compiling is
+        impossible)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
@@ -89,6 +92,7 @@ class QCFQL(FlowQAlgorithm):
         verbose: int = 0,
         device: th.device | str = "auto",
         seed: int | None = None,
+        compile_step: bool = False,
         _init_setup_model: bool = True,
     ):
         super().__init__(
@@ -118,6 +122,7 @@ class QCFQL(FlowQAlgorithm):
             verbose=verbose,
             device=device,
             seed=seed,
+            compile_step=compile_step,
         )
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
