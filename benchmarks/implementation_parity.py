@@ -1,4 +1,5 @@
-"""Whether qc_sb3 learns as the reference implementation does: the same task, method and protocol run by both, compared.
+"""Whether qc_sb3 learns as the reference implementation does: the same task, method and protocol run by both, compared
+(docs/evidence.md §2, §4).
 
 The runs of another implementation are those of :mod:`benchmarks.reference_runs` (``implementation: reference`` in
 their ``config.json``). Two tests per task and method, both over seeds (each run is one sample):

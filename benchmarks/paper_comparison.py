@@ -1,4 +1,5 @@
-"""Success per task and method at the end of each phase, with the paper's success at the same step beside it.
+"""Success per task and method at the end of each phase, with the paper's success at the same step beside it
+(docs/evidence.md §3).
 
 The paper evaluates every 100k steps (1M offline gradient steps, then 1M online env steps); a protocol's phase end is
 compared with the paper's first evaluation at or after the same number of steps of that phase, and the table names

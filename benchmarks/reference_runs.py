@@ -1,4 +1,5 @@
-"""Runs of the reference implementation's own training script with a benchmark config's settings, side by side.
+"""Runs of the reference implementation's own training script with a benchmark config's settings, side by side
+(docs/evidence.md §2).
 
 Run: ``python -m benchmarks.reference_runs CONFIG --reference-root DIR --python PY [--out DIR] [--seeds 0 1 2]
 [--workers N]``.

@@ -1,4 +1,4 @@
-"""Bootstrap confidence intervals of mean success rates (percentile bootstrap, seeded).
+"""Bootstrap confidence intervals of mean success rates (percentile bootstrap, seeded; docs/evidence.md §4).
 
 The stratified bootstrap is rliable's (Agarwal et al. 2021), as the paper reports its aggregates: the tasks are
 fixed strata, each task's runs (seeds) are resampled with replacement, and the statistic is the mean over tasks of
