@@ -66,8 +66,8 @@ FLAG_OF = {
     "q_agg": ("agent.q_agg",),
 }
 # Arguments the runner sets or that the reference's design fixes (its buffer holds the offline data and every online
-# step; its rewards are made sparse by --sparse, taken from the env).
-HANDLED = {"buffer_size", "offline_sparse_rewards", "policy_kwargs", "actor_num_samples"}
+# step; its rewards are made sparse by --sparse, taken from the env), and compile_step (the same updates, compiled).
+HANDLED = {"buffer_size", "offline_sparse_rewards", "policy_kwargs", "actor_num_samples", "compile_step"}
 EVAL_COLUMNS = ("step", "phase", "success", "return", "length")
 REFERENCE_PACKAGES = ("jax", "jaxlib", "flax", "optax", "distrax", "numpy", "ogbench", "mujoco", "gymnasium")
 WANDB_STUB = '''"""Offline stand-in for wandb: the reference logs its CSV files itself."""

@@ -151,6 +151,9 @@ def test_settings_without_a_reference_flag_are_refused():
     changed = run.hyperparameters | {"gradient_steps": 2}
     with pytest.raises(ValueError, match="no flag for gradient_steps=2"):
         reference_flags(type(run)(**{**vars(run), "hyperparameters": changed}))
+    # compile_step computes the same updates: nothing to refuse.
+    compiled = run.hyperparameters | {"compile_step": True}
+    assert reference_flags(type(run)(**{**vars(run), "hyperparameters": compiled})) == reference_flags(run)
 
 
 def test_the_references_extra_evaluations_before_each_phase_end_are_left_out():

@@ -1,0 +1,54 @@
+"""The README's "Results" are the committed evidence: its tables are the committed report's, the report's numbers are
+those of its curves, and the report rebuilds from the committed run files alone (``results/evidence``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks.report import write_report
+
+ROOT = Path(__file__).parents[1]
+EVIDENCE = ROOT / "results" / "evidence"
+REPORT = EVIDENCE / "report"
+
+
+def readme_results_rows() -> list[str]:
+    """The data rows of the Markdown tables in the README's "## Results" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    return [line for line in lines if not line.startswith(("| task | method |", "| suite |"))]
+
+
+def test_the_readme_results_tables_are_the_committed_reports():
+    rows = readme_results_rows()
+    assert rows, "the README's Results section has no table rows"
+    summary = set((REPORT / "summary.md").read_text(encoding="utf-8").splitlines())
+    missing = [row for row in rows if row not in summary]
+    assert not missing, f"README rows not in results/evidence/report/summary.md: {missing}"
+
+
+def test_the_report_tables_are_the_committed_curves():
+    curves = pd.read_csv(REPORT / "curves.csv")
+    tasks = pd.read_csv(REPORT / "tasks.csv")
+    assert not tasks.empty
+    for row in tasks.itertuples():
+        end = row.steps if row.phase == "offline" else None
+        at = curves[(curves["task"] == row.task) & (curves["method"] == row.method) & (curves["phase"] == row.phase)]
+        point = at[at["step"] == end] if end is not None else at[at["step"] == at["step"].max()]
+        assert len(point) == 1, (row.task, row.method, row.phase)
+        assert row.success == pytest.approx(point["success_mean"].iloc[0])
+        assert row.seeds == point["n_seeds"].iloc[0]
+
+
+def test_the_report_rebuilds_from_the_committed_runs(tmp_path):
+    out = write_report(EVIDENCE, tmp_path / "report", finished_only=True)
+    committed = (REPORT / "summary.md").read_text(encoding="utf-8").splitlines()
+    rebuilt = (out / "summary.md").read_text(encoding="utf-8").splitlines()
+    assert rebuilt[1:] == committed[1:]  # the first line names the folder the report was written from
+    for name in ("curves.csv", "tasks.csv", "summary.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(REPORT / name))
+    assert sorted(path.name for path in out.glob("*.png")) == sorted(path.name for path in REPORT.glob("*.png"))
