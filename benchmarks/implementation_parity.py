@@ -10,7 +10,8 @@ their ``config.json``). Two tests per task and method, both over seeds (each run
 * over the curve: each run's mean success over its evaluations (the area under its curve, divided by its length),
   and the bootstrap interval of the difference of those means.
 
-The implementations agree on a task and method when the curve's interval and every Bonferroni interval contain 0.
+The implementations agree on a task and method when the curve's interval and every Bonferroni interval contain 0; with
+fewer than two runs on a side there is no spread over seeds to test against, and no verdict.
 With three seeds per side the intervals are wide: agreement rules out large differences only, which the table shows.
 """
 
@@ -30,6 +31,8 @@ from benchmarks.stats import CONFIDENCE, bootstrap_difference_ci
 # The ``implementation`` of runs whose config.json names none (this library's), and the reference's.
 IMPLEMENTATION = "qc_sb3"
 REFERENCE = "reference"
+# Seeds each implementation needs before a verdict is given.
+MIN_SEEDS = 2
 
 
 def paired_results(results: pd.DataFrame) -> pd.DataFrame:
@@ -95,7 +98,7 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
     :param evaluations: :func:`per_evaluation_differences` of the same rows
     :param seed: Seed of the bootstrap
     :return: Columns task, method, evaluations, seeds_ours, seeds_reference, ours, reference, difference, ci95_low,
-        ci95_high, evaluations_apart (Bonferroni intervals without 0), agree
+        ci95_high, evaluations_apart (Bonferroni intervals without 0), agree (None below two runs a side)
     """
     rows = []
     for (task, method), group in paired.groupby(["task", "base_method"], sort=True):
@@ -117,7 +120,8 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
                 "ci95_low": low,
                 "ci95_high": high,
                 "evaluations_apart": apart,
-                "agree": bool(low <= 0 <= high and apart == 0),
+                # With one run on a side the intervals hold no spread over seeds: no verdict.
+                "agree": bool(low <= 0 <= high and apart == 0) if min(len(ours), len(theirs)) >= MIN_SEEDS else None,
             }
         )
     return pd.DataFrame(rows)
@@ -146,9 +150,15 @@ def parity_markdown(curves: pd.DataFrame) -> str:
         lines.append(
             f"| {row.task} | {row.method} | {row.seeds_ours} / {row.seeds_reference} | {row.evaluations} | "
             f"{row.ours:.3f} | {row.reference:.3f} | {row.difference:+.3f} [{row.ci95_low:+.3f}, {row.ci95_high:+.3f}] | "
-            f"{row.evaluations_apart} | {'yes' if row.agree else 'no'} |"
+            f"{row.evaluations_apart} | {_verdict(row.agree)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _verdict(agree: bool | None) -> str:
+    if agree is None or pd.isna(agree):
+        return f"n/a (< {MIN_SEEDS} seeds a side)"
+    return "yes" if agree else "no"
 
 
 def plot_parity(task: str, curves: pd.DataFrame, path: Path) -> None:
