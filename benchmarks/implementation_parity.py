@@ -98,7 +98,7 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
     :param evaluations: :func:`per_evaluation_differences` of the same rows
     :param seed: Seed of the bootstrap
     :return: Columns task, method, evaluations, seeds_ours, seeds_reference, ours, reference, difference, ci95_low,
-        ci95_high, evaluations_apart (Bonferroni intervals without 0), agree (None below two runs a side)
+        ci95_high, evaluations_apart (Bonferroni intervals without 0), agree (both None below two runs a side)
     """
     rows = []
     for (task, method), group in paired.groupby(["task", "base_method"], sort=True):
@@ -106,7 +106,8 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
         ours, theirs = _split(per_run, "success")
         difference, low, high = bootstrap_difference_ci(ours, theirs, seed=seed)
         steps = evaluations[(evaluations["task"] == task) & (evaluations["method"] == method)]
-        apart = int(((steps["bonferroni_low"] > 0) | (steps["bonferroni_high"] < 0)).sum())
+        enough = min(len(ours), len(theirs)) >= MIN_SEEDS
+        apart = int(((steps["bonferroni_low"] > 0) | (steps["bonferroni_high"] < 0)).sum()) if enough else None
         rows.append(
             {
                 "task": task,
@@ -120,8 +121,8 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
                 "ci95_low": low,
                 "ci95_high": high,
                 "evaluations_apart": apart,
-                # With one run on a side the intervals hold no spread over seeds: no verdict.
-                "agree": bool(low <= 0 <= high and apart == 0) if min(len(ours), len(theirs)) >= MIN_SEEDS else None,
+                # With one run on a side the intervals hold no spread over seeds: no test, no verdict.
+                "agree": bool(low <= 0 <= high and apart == 0) if enough else None,
             }
         )
     return pd.DataFrame(rows)
@@ -150,7 +151,7 @@ def parity_markdown(curves: pd.DataFrame) -> str:
         lines.append(
             f"| {row.task} | {row.method} | {row.seeds_ours} / {row.seeds_reference} | {row.evaluations} | "
             f"{row.ours:.3f} | {row.reference:.3f} | {row.difference:+.3f} [{row.ci95_low:+.3f}, {row.ci95_high:+.3f}] | "
-            f"{row.evaluations_apart} | {_verdict(row.agree)} |"
+            f"{'-' if pd.isna(row.evaluations_apart) else int(row.evaluations_apart)} | {_verdict(row.agree)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -179,13 +180,17 @@ def plot_parity(task: str, curves: pd.DataFrame, path: Path) -> None:
             if group.empty:
                 continue
             color = colors[index % len(colors)]
-            label = f"{base}, {'qc_sb3' if style == '-' else REFERENCE} ({int(group['n_seeds'].max())} seeds)"
+            n_seeds = int(group["n_seeds"].max())
+            label = f"{base}, {'qc_sb3' if style == '-' else REFERENCE} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
             axis.plot(group["step"], group["success_mean"], style, color=color, marker="o", markersize=3, label=label)
             axis.fill_between(group["step"], group["ci95_low"], group["ci95_high"], color=color, alpha=0.12, linewidth=0)
+    offline = curves.loc[curves["phase"] == "offline", "step"]
+    if not offline.empty and (curves["phase"] == "online").any():
+        axis.axvline(offline.max(), color="grey", linestyle=":", linewidth=1)
     axis.set_ylim(-0.02, 1.02)
     axis.set_xlabel("offline gradient steps, then online env steps")
     axis.set_ylabel("success rate")
-    axis.set_title(f"{task}: qc_sb3 and the reference implementation")
+    axis.set_title(f"{task}\nqc_sb3 (solid) and the reference implementation (dashed)", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, loc="best")
     figure.tight_layout()

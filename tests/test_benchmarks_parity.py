@@ -188,4 +188,5 @@ def test_no_verdict_with_one_run_on_a_side(tmp_path):
     out = write_report(tmp_path)
     verdict = pd.read_csv(out / "parity.csv").iloc[0]
     assert verdict["difference"] == pytest.approx(0.0) and pd.isna(verdict["agree"])
-    assert "| n/a (< 2 seeds a side) |" in (out / "summary.md").read_text()
+    assert pd.isna(verdict["evaluations_apart"])
+    assert "| 4 | 0.250 | 0.250 | +0.000 [+0.000, +0.000] | - | n/a (< 2 seeds a side) |" in (out / "summary.md").read_text()
