@@ -15,10 +15,13 @@ has no flag for, left at a value other than the constructor default, is refused 
 
 Each finished run is moved into ``<out>/<task>/<method>/seed<k>/`` at once (nothing half-written): ``config.json`` (as
 the runner's, plus ``implementation: reference`` and the reference's command line), ``versions.json`` (the reference's
-packages and source digest), ``eval.csv`` in the runner's columns, the reference's training statistics
-(``reference_offline_agent.csv``, ``reference_online_agent.csv``) and ``DONE``. Finished runs are skipped, so the
-command resumes a campaign. The reference also evaluates one step before the end of each phase; those rows are left
-out, so that both implementations are evaluated at the same steps.
+packages and source digest), ``eval.csv`` in the runner's columns (``return`` and ``length`` left empty: the
+reference's OGBench evaluation logs neither), the reference's training statistics (``reference_offline_agent.csv``,
+``reference_online_agent.csv``) and ``DONE``. Finished runs are skipped, so the command resumes a campaign; a run
+interrupted before its end starts again (the reference's main.py keeps no checkpoint). The reference also evaluates
+one step before the end of each phase; those rows are left out, so that both implementations are evaluated at the
+same steps. Its first online update comes at online step ``learning_starts`` (``i >= start_training``), one step
+before qc_sb3's (SB3's ``num_timesteps > learning_starts``): one update more out of the online phase's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +112,7 @@ def reference_flags(run: RunSpec) -> list[str]:
         raise ValueError(f"task {run.task!r} is not an OGBench task; the reference runs here read OGBench npz files")
     defaults = get_method(run.method).constructor_defaults()
     hyperparameters = run.hyperparameters
+    _check_the_reference_can_match(run)
     unsupported = [
         f"{key}={value!r}"
         for key, value in hyperparameters.items()
@@ -139,6 +143,26 @@ def reference_flags(run: RunSpec) -> list[str]:
     if (hyperparameters.get("policy_kwargs") or {}).keys() - {"net_arch"}:
         raise ValueError(f"{run.method}: the reference main.py has flags for policy_kwargs.net_arch only")
     return [f"--{name}={_flag_value(value)}" for name, value in flags.items()]
+
+
+def _check_the_reference_can_match(run: RunSpec) -> None:
+    """Refuse settings the reference's main.py fixes otherwise: its offline rewards are sparse exactly when the env's
+    are (``--sparse``), its buffer keeps every online step, and its env is the registered task's."""
+    sparse = bool(run.env_kwargs.get("sparse", False))
+    if run.hyperparameters.get("offline_sparse_rewards", sparse) != sparse:
+        raise ValueError(
+            f"{run.method}: offline_sparse_rewards={run.hyperparameters['offline_sparse_rewards']!r} differs from the "
+            f"env's sparse={sparse!r}; the reference's --sparse sets both"
+        )
+    if run.hyperparameters.get("buffer_size", run.protocol.online_steps) < run.protocol.online_steps:
+        raise ValueError(
+            f"{run.method}: buffer_size={run.hyperparameters['buffer_size']} is below the online steps "
+            f"({run.protocol.online_steps}); the reference's buffer keeps every online step"
+        )
+    task_defaults = get_task(run.task).env_kwargs
+    changed = {key: value for key, value in run.env_kwargs.items() if key != "sparse" and task_defaults.get(key) != value}
+    if changed:
+        raise ValueError(f"{run.task}: the reference runs the registered task; it has no flag for env {changed!r}")
 
 
 def _hidden_dims(net_arch: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -323,8 +347,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"done: {run.run_dir}", flush=True)
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for future in [pool.submit(execute, run) for run in pending]:
-            future.result()
+        futures = [pool.submit(execute, run) for run in pending]
+        for future in as_completed(futures):
+            if future.exception() is not None:  # stop at the first failure, not after the runs still queued
+                pool.shutdown(cancel_futures=True)
+                raise future.exception()
 
 
 if __name__ == "__main__":

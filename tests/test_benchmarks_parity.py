@@ -151,6 +151,14 @@ def test_settings_without_a_reference_flag_are_refused():
     changed = run.hyperparameters | {"gradient_steps": 2}
     with pytest.raises(ValueError, match="no flag for gradient_steps=2"):
         reference_flags(type(run)(**{**vars(run), "hyperparameters": changed}))
+    for key, value, message in (
+        ("offline_sparse_rewards", True, "offline_sparse_rewards=True differs from the env's sparse=False"),
+        ("buffer_size", 100, "buffer_size=100 is below the online steps"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            reference_flags(type(run)(**{**vars(run), "hyperparameters": run.hyperparameters | {key: value}}))
+    with pytest.raises(ValueError, match="no flag for env"):
+        reference_flags(type(run)(**{**vars(run), "env_kwargs": run.env_kwargs | {"max_episode_steps": 50}}))
     # compile_step computes the same updates: nothing to refuse.
     compiled = run.hyperparameters | {"compile_step": True}
     assert reference_flags(type(run)(**{**vars(run), "hyperparameters": compiled})) == reference_flags(run)

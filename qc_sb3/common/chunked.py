@@ -98,12 +98,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param device: Device (cpu, cuda, ...) on which the code should be run
     :param seed: Seed for the pseudo random generators
     :param compile_step: Compile the losses of the gradient step and their backward pass with ``torch.compile``
-        (:mod:`qc_sb3.common.compiled_step`): the same updates to float32 rounding, faster on CPU for small
-        networks (2 x 256 on one CPU thread: QC-FQL 1.15-1.3x; QC 1.0-1.05x, bound by its best-of-N sampler,
-        which stays eager), at a one-off compile in the first ``train()`` of a process (35-50 s on a 2-core
-        machine, about 4 s once inductor's on-disk cache holds the graphs). Off
-        by default, as in SB3; where compiling is impossible (no C++ compiler, no triton, another device) the step
-        stays eager with a warning that says why
+        (:mod:`qc_sb3.common.compiled_step`): the same updates to float32 rounding, somewhat faster on CPU for
+        small networks (the README's speed notes: QC-FQL 1.13x, QC 1.07x at 2 x 256), at a one-off compile in the
+        first ``train()`` of a process (tens of seconds cold, a few once inductor's on-disk cache holds the
+        graphs). Off by default, as in SB3; where compiling is impossible (no C++ compiler, no triton, another
+        device) the step stays eager with a warning that says why
     :param supported_action_spaces: The action spaces supported by the algorithm
     """
 
