@@ -20,7 +20,7 @@ from benchmarks.run import main, run_benchmark
 from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3 import QC
 
-from test_benchmarks_toys import make_point_reach, register_toy_suite, toy_config, write_config
+from test_benchmarks_toys import keep_torch_threads, make_point_reach, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 
 # Offline-only toy protocol (two evaluations, no online phase): the fastest run with a checkpoint to resume from.
 PROTOCOL = {"offline_steps": 40, "online_steps": 0, "eval_interval": 20, "eval_episodes": 1}
@@ -38,18 +38,6 @@ class WritesMarker:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def toy_suite():
-    register_toy_suite()
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    n_threads = th.get_num_threads()
-    yield
-    th.set_num_threads(n_threads)
 
 
 def kill_after_first_checkpoint(name: str, run) -> None:

@@ -20,24 +20,11 @@ from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.datasets import OfflineShards
 
-from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
+from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 
 
 class Killed(Exception):
     """Stands for a kill at a chosen point of a run."""
-
-
-@pytest.fixture(autouse=True, scope="module")
-def toy_suite():
-    register_toy_suite()
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """Runs in this process set the torch thread count; put it back."""
-    n_threads = th.get_num_threads()
-    yield
-    th.set_num_threads(n_threads)
 
 
 def prepared_run(out: Path, **changes):

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-import torch as th
-
 from benchmarks.step_cost import main
 
-from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
-
-
-@pytest.fixture(autouse=True, scope="module")
-def toy_suite():
-    register_toy_suite()
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    n_threads = th.get_num_threads()
-    yield
-    th.set_num_threads(n_threads)
+from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 
 
 def test_step_cost_prints_one_row_per_task_and_method(tmp_path, capsys, monkeypatch):

@@ -13,6 +13,8 @@ from typing import Any
 import gymnasium as gym
 import minari
 import numpy as np
+import pytest
+import torch as th
 import yaml
 from minari.data_collector import EpisodeBuffer
 
@@ -149,3 +151,17 @@ def write_config(path: Path, data: Mapping[str, Any]) -> Path:
     """Write a config as YAML and return its path."""
     path.write_text(yaml.safe_dump(dict(data), sort_keys=False), encoding="utf-8")
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def toy_suite():
+    """The toy suite, registered for a test module (import this fixture into the module to use it)."""
+    register_toy_suite()
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """Runs in the test process set the torch thread count; put it back."""
+    n_threads = th.get_num_threads()
+    yield
+    th.set_num_threads(n_threads)
