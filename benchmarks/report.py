@@ -14,6 +14,11 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
 * where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
   ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`benchmarks.implementation_parity`), and their
   table in ``summary.md``.
+
+Runs are pooled only when they share a protocol (phase budgets, evaluation schedule) and a dataset
+(:func:`campaign_key`). A folder holding runs of several protocols (say a pilot and the campaign it sized, side by
+side) gets one report per protocol, each in a sub-folder named after the folders its runs sit in
+(:func:`campaign_names`), and a ``summary.md`` that holds all of them, one section each.
 """
 
 from __future__ import annotations
@@ -80,11 +85,14 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
 
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
     :param finished_only: Read only finished runs (those with a ``DONE`` file)
-    :return: One row per evaluation; empty if there is none. ``method`` is ``"<method> (<implementation>)"`` for runs
-        of another implementation (their config.json's ``implementation``), ``base_method`` the method alone
+    :return: One row per evaluation; empty if there is none. ``campaign`` is the run's :func:`campaign_key`,
+        ``folder`` the folders between ``results_dir`` and the run's task folder. ``method`` is
+        ``"<method> (<implementation>)"`` for runs of another implementation (their config.json's ``implementation``),
+        ``base_method`` the method alone
     """
     frames = []
-    for path in sorted(Path(results_dir).rglob("eval.csv")):
+    results_dir = Path(results_dir)
+    for path in sorted(results_dir.rglob("eval.csv")):
         config_path = path.with_name("config.json")
         if not config_path.exists() or (finished_only and not path.with_name("DONE").exists()):
             continue
@@ -94,7 +102,10 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
             continue
         protocol = config["protocol"]
         implementation = config.get("implementation", IMPLEMENTATION)
+        location = path.relative_to(results_dir).parts[:-4]  # <folders>/<task>/<method>/seed<k>/eval.csv
         frame = frame.assign(
+            campaign=campaign_key(config),
+            folder="/".join(location),
             task=config["task"],
             suite=config["suite"],
             domain=config["domain"],
@@ -110,6 +121,55 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
+
+
+def campaign_key(config: dict) -> str:
+    """
+    What runs must share to be pooled in one report: their protocol (phase budgets, evaluation schedule) and their
+    dataset, as canonical JSON.
+
+    :param config: A run's ``config.json``
+    :return: The key
+    """
+    return json.dumps({"protocol": config["protocol"], "dataset": config.get("dataset")}, sort_keys=True)
+
+
+def campaign_names(results: pd.DataFrame) -> dict[str, str]:
+    """
+    A name for each protocol of a results folder: the folders its runs sit in, joined by ``+`` (``parity+reference``),
+    or ``protocol-<k>`` (in order of the keys) where its runs sit directly in the results folder or share their
+    folders' name with another protocol's.
+
+    :param results: :func:`load_results`'s rows
+    :return: ``campaign`` key -> name
+    """
+    keys = sorted(results["campaign"].unique())
+    folders = {key: "+".join(sorted(set(results.loc[results["campaign"] == key, "folder"]))) for key in keys}
+    taken = list(folders.values())
+    return {
+        key: folders[key] if folders[key] and "" not in folders[key].split("+") and taken.count(folders[key]) == 1
+        else f"protocol-{index}"
+        for index, key in enumerate(keys)
+    }
+
+
+def describe_campaign(key: str) -> str:
+    """
+    A campaign key in words: ``10000 offline gradient steps + 20000 online env steps; 20 episodes every 2500 steps;
+    data: source generate, episodes 60, ...``.
+
+    :param key: A :func:`campaign_key`
+    :return: The description
+    """
+    campaign = json.loads(key)
+    protocol = campaign["protocol"]
+    text = (
+        f"{protocol['offline_steps']} offline gradient steps + {protocol['online_steps']} online env steps; "
+        f"{protocol['eval_episodes']} evaluation episodes every {protocol['eval_interval']} steps"
+    )
+    if campaign["dataset"]:
+        text += "; data: " + ", ".join(f"{name} {value}" for name, value in campaign["dataset"].items())
+    return text
 
 
 def curve_statistics(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
@@ -283,7 +343,8 @@ def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.
 
 def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0, finished_only: bool = False) -> Path:
     """
-    Write the plots and tables of a results folder.
+    Write the plots and tables of a results folder: in ``out`` itself when its runs share one protocol, else one
+    sub-folder per protocol (:func:`campaign_names`) and a ``summary.md`` with a section for each.
 
     :param results_dir: The results folder
     :param out: The report folder (default ``<results_dir>/report``)
@@ -295,9 +356,29 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     out = results_dir / "report" if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = load_results(results_dir, finished_only=finished_only)
+    title = f"# Results: {results_dir}\n\n"
     if results.empty:
         (out / "summary.md").write_text("No evaluations found.\n", encoding="utf-8")
         return out
+    names = campaign_names(results)
+    if len(names) == 1:
+        text = title + _write_campaign(results, out, seed)
+    else:
+        text = title + (
+            f"These runs follow {len(names)} protocols. Runs of different protocols are never pooled: each protocol "
+            "has its own report, in the sub-folder named in its section.\n"
+        )
+        for key, name in sorted(names.items(), key=lambda item: item[1]):
+            body = _write_campaign(results[results["campaign"] == key], out / name, seed)
+            demoted = "\n".join("#" + line if line.startswith("#") else line for line in body.splitlines())
+            text += f"\n## {name}\n\n{describe_campaign(key)}. Files: `{name}/`.\n\n{demoted}\n"
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    return out
+
+
+def _write_campaign(results: pd.DataFrame, out: Path, seed: int) -> str:
+    """The plots and tables of runs of one protocol, written to ``out``; returns their Markdown, without a title."""
+    out.mkdir(parents=True, exist_ok=True)
     curves = curve_statistics(results, seed=seed)
     curves.to_csv(out / "curves.csv", index=False)
     paper = read_paper_curves()
@@ -308,7 +389,6 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     per_task = task_table(results, paper, {str(task): paper_task_name(str(task)) for task in results["task"].unique()}, seed)
     per_task.to_csv(out / "tasks.csv", index=False)
     text = (
-        f"# Results: {results_dir}\n\n"
         "Success rate at the end of each phase: mean over the tasks of each task's mean over seeds, with a 95% "
         "stratified bootstrap interval (tasks as strata, seeds resampled).\n\n" + markdown_table(table) + "\n"
         "## Per task, with the paper's\n\n"
@@ -316,9 +396,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
         "beside it, the paper's mean success at its first evaluation at or after the same steps of the phase.\n\n"
         + task_markdown(per_task)
     )
-    text += _parity_section(results, curves, out, seed)
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    return out
+    return text + _parity_section(results, curves, out, seed)
 
 
 def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed: int) -> str:

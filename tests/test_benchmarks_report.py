@@ -168,3 +168,54 @@ def test_report_command(results_dir, capsys):
     assert main([str(results_dir)]) == 0
     assert (results_dir / "report" / "summary.md").exists()
     assert "| suite | domain | method |" in capsys.readouterr().out
+
+
+def write_pilot_run(folder: Path, successes: list[float]) -> None:
+    """One offline-only QC run of CUBE_DOUBLE_2 (offline budget 400, evaluated every 100) under ``folder``."""
+    run_dir = folder / CUBE_DOUBLE_2 / "QC" / "seed0"
+    run_dir.mkdir(parents=True)
+    config = {
+        "task": CUBE_DOUBLE_2,
+        "suite": "ogbench",
+        "domain": "cube-double",
+        "method": "QC",
+        "seed": 0,
+        "protocol": {"offline_steps": 400, "online_steps": 0, "eval_interval": 100, "eval_episodes": 5},
+    }
+    (run_dir / "config.json").write_text(json.dumps(config))
+    rows = [{"step": 100 * (k + 1), "phase": "offline", "success": value, "return": -1.0} for k, value in enumerate(successes)]
+    pd.DataFrame(rows).to_csv(run_dir / "eval.csv", index=False)
+
+
+def test_runs_of_different_protocols_are_reported_apart(results_dir, tmp_path):
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    results_dir.rename(evidence / "campaign")
+    write_pilot_run(evidence / "pilot", [0.0, 0.0, 0.0, 1.0])
+    out = write_report(evidence)
+    assert not (out / "curves.csv").exists()
+    # The campaign's numbers are those of the fixture alone, as if the pilot were not there.
+    table = pd.read_csv(out / "campaign" / "summary.csv")
+    cell = table[(table["domain"] == "cube-double") & (table["method"] == "QC") & (table["phase"] == "offline")].iloc[0]
+    assert cell["success"] == pytest.approx(((0.4 + 0.2) / 2 + (0.0 + 0.2 + 0.5) / 3) / 2)
+    assert (cell["tasks"], cell["runs"]) == (2, 5)
+    pilot = pd.read_csv(out / "pilot" / "curves.csv")
+    assert pilot["success_mean"].tolist() == [0.0, 0.0, 0.0, 1.0] and set(pilot["n_seeds"]) == {1}
+    pilot_table = pd.read_csv(out / "pilot" / "summary.csv")
+    assert pilot_table[pilot_table["method"] == "QC"]["success"].tolist() == [1.0]  # its offline end, step 400
+    summary = (out / "summary.md").read_text()
+    assert summary.count("\n## campaign\n") == 1 and summary.count("\n## pilot\n") == 1
+    assert "400 offline gradient steps + 0 online env steps" in summary
+    assert summary.count("| ogbench | cube-double | QC | 2 | 5 |") == 1
+    assert summary.count("| ogbench | cube-double | QC | 1 | 1 | 1.00 [1.00, 1.00] | - |") == 1
+    assert (out / "campaign" / f"{SCENE_1}.png").exists() and not (out / "pilot" / f"{SCENE_1}.png").exists()
+
+
+def test_protocols_without_a_folder_of_their_own_are_numbered(results_dir):
+    write_pilot_run(results_dir / "pilot", [0.0, 0.5, 0.5, 0.5])
+    (results_dir / "pilot" / CUBE_DOUBLE_2 / "QC" / "seed0").rename(results_dir / CUBE_DOUBLE_2 / "QC" / "seed7")
+    out = write_report(results_dir)
+    folders = sorted(path.name for path in out.iterdir() if path.is_dir())
+    assert folders == ["protocol-0", "protocol-1"]
+    sizes = sorted(len(pd.read_csv(out / folder / "curves.csv")) for folder in folders)
+    assert sizes == [4, 3 * 4 + 2]  # the pilot's 4 evaluations; the fixture's three QC curves of 4 and RLPD's of 2

@@ -31,18 +31,26 @@ def test_the_readme_results_tables_are_the_committed_reports():
     assert not missing, f"README rows not in results/evidence/report/summary.md: {missing}"
 
 
+def committed_campaigns() -> list[Path]:
+    """The committed report's folders of one protocol each: the report itself, or its sub-folders (benchmarks.report)."""
+    return sorted(path.parent for path in REPORT.rglob("tasks.csv"))
+
+
 def test_the_report_tables_are_the_committed_curves():
-    curves = pd.read_csv(REPORT / "curves.csv")
-    tasks = pd.read_csv(REPORT / "tasks.csv")
-    assert not tasks.empty
-    for row in tasks.itertuples():
-        of_run = curves[(curves["task"] == row.task) & (curves["method"] == row.method)]
-        offline_budget = of_run.loc[of_run["phase"] == "offline", "step"].max() if (of_run["phase"] == "offline").any() else 0
-        end = row.steps if row.phase == "offline" else offline_budget + row.steps
-        point = of_run[(of_run["phase"] == row.phase) & (of_run["step"] == end)]
-        assert len(point) == 1, (row.task, row.method, row.phase)
-        assert row.success == pytest.approx(point["success_mean"].iloc[0])
-        assert row.seeds == point["n_seeds"].iloc[0]
+    assert committed_campaigns()
+    for campaign in committed_campaigns():
+        curves = pd.read_csv(campaign / "curves.csv")
+        tasks = pd.read_csv(campaign / "tasks.csv")
+        assert not tasks.empty
+        for row in tasks.itertuples():
+            of_run = curves[(curves["task"] == row.task) & (curves["method"] == row.method)]
+            offline = of_run["phase"] == "offline"
+            offline_budget = of_run.loc[offline, "step"].max() if offline.any() else 0
+            end = row.steps if row.phase == "offline" else offline_budget + row.steps
+            point = of_run[(of_run["phase"] == row.phase) & (of_run["step"] == end)]
+            assert len(point) == 1, (campaign.name, row.task, row.method, row.phase)
+            assert row.success == pytest.approx(point["success_mean"].iloc[0])
+            assert row.seeds == point["n_seeds"].iloc[0]
 
 
 def test_the_report_rebuilds_from_the_committed_runs(tmp_path):
@@ -50,6 +58,9 @@ def test_the_report_rebuilds_from_the_committed_runs(tmp_path):
     committed = (REPORT / "summary.md").read_text(encoding="utf-8").splitlines()
     rebuilt = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     assert rebuilt[1:] == committed[1:]  # the first line names the folder the report was written from
-    for name in ("curves.csv", "tasks.csv", "summary.csv"):
+    tables = sorted(path.relative_to(REPORT) for path in REPORT.rglob("*.csv"))
+    assert tables == sorted(path.relative_to(out) for path in out.rglob("*.csv"))
+    for name in tables:
         pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(REPORT / name))
-    assert sorted(path.name for path in out.glob("*.png")) == sorted(path.name for path in REPORT.glob("*.png"))
+    plots = sorted(path.relative_to(REPORT) for path in REPORT.rglob("*.png"))
+    assert plots and plots == sorted(path.relative_to(out) for path in out.rglob("*.png"))
