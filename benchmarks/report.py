@@ -13,7 +13,9 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
   per task, with the paper's success at the same step beside it (``tasks.csv``, :mod:`benchmarks.paper_comparison`);
 * where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
   ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`benchmarks.implementation_parity`), and their
-  table in ``summary.md``.
+  table in ``summary.md``;
+* where runs have a ``train_stats.csv``: ``training_stats.csv``, their training statistics at the end of each phase
+  per implementation and method (:mod:`benchmarks.training_stats`), and their table in ``summary.md``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from benchmarks.implementation_parity import (
 )
 from benchmarks.paper_comparison import task_markdown, task_table
 from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+from benchmarks.training_stats import run_folders, training_stats_section
 
 PAPER_CURVES = "paper_curves.csv"
 # The paper's x-axis: 1M offline gradient steps, then 1M online env steps.
@@ -317,6 +320,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
         + task_markdown(per_task)
     )
     text += _parity_section(results, curves, out, seed)
+    text += training_stats_section(run_folders(results_dir, finished_only), out)
     (out / "summary.md").write_text(text, encoding="utf-8")
     return out
 
