@@ -299,9 +299,9 @@ def training_stats_section(run_dirs: Iterable[str | Path], out: str | Path, last
         "\n## Training statistics\n\n"
         f"Each run's statistic at the end of a phase is the mean of its last {last} logged values in that phase; the "
         "table gives its mean over seeds (runs in brackets). qc_sb3 logs the mean over the gradient steps since its "
-        "previous log offline, the last update's value online; the reference one update's value every log interval "
-        "(docs/evidence.md §5). Every statistic, including those one side logs alone, is in training_stats.csv. "
-        "The names:\n\n"
+        "previous log offline, over the last train() call's updates online; the reference one update's values every "
+        "log interval (docs/evidence.md §5). Every statistic, including those one side logs alone, is in "
+        "training_stats.csv. The names:\n\n"
         "| statistic (qc_sb3: offline/, train/) | reference | meaning in both |\n|---|---|---|\n"
         + mapping
         + "\n\n"

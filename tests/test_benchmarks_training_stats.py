@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ from stable_baselines3.common.logger import configure
 from test_benchmarks_runs import prepared_run
 
 import benchmarks.runs
+from benchmarks.config import load_config
+from benchmarks.planning import plan_runs
+from benchmarks.reference_runs import execute_reference_run
 from benchmarks.report import write_report
 from benchmarks.runs import execute_run
 from benchmarks.training_stats import (
@@ -286,3 +290,32 @@ def test_the_runner_exports_before_done(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         execute_run(other)
     assert not (Path(other.run_dir) / "DONE").exists()
+
+
+FAKE_REFERENCE_MAIN = '''"""Stands for the reference's main.py: writes its save folder's files as the reference does."""
+import sys
+from pathlib import Path
+
+save = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--save_dir="))) / "qc" / "evidence" / "a" / "b"
+save.mkdir(parents=True)
+(save / "eval.csv").write_text("step,success\\n10000,0.5\\n30000,1.0\\n")
+(save / "offline_agent.csv").write_text("critic/q_mean,actor/bc_flow_loss,step\\n-5.0,0.25,10000\\n")
+(save / "online_agent.csv").write_text("critic/q_mean,actor/bc_flow_loss,step\\n-7.5,0.125,30000\\n")
+'''
+
+
+def test_the_reference_runner_exports_before_done(tmp_path):
+    config = load_config(Path(__file__).parents[1] / "benchmarks" / "configs" / "evidence-parity.yaml")
+    run = plan_runs(config, tmp_path / "out")[0]
+    reference_root = tmp_path / "reference"
+    reference_root.mkdir()
+    (reference_root / "main.py").write_text(FAKE_REFERENCE_MAIN, encoding="utf-8")
+    execute_reference_run(run, reference_root, sys.executable, [tmp_path / "data.npz"])
+    run_dir = Path(run.run_dir)
+    assert (run_dir / "DONE").exists()
+    assert rows_of(run_dir / TRAIN_STATS_FILE) == [
+        ("offline", 10000, "actor/bc_flow_loss", 0.25),
+        ("offline", 10000, "critic/q_mean", -5.0),
+        ("online", 30000, "actor/bc_flow_loss", 0.125),
+        ("online", 30000, "critic/q_mean", -7.5),
+    ]
