@@ -22,6 +22,7 @@ interrupted before its end starts again (the reference's main.py keeps no checkp
 one step before the end of each phase; those rows are left out, so that both implementations are evaluated at the
 same steps. Its first online update comes at online step ``learning_starts`` (``i >= start_training``), one step
 before qc_sb3's (SB3's ``num_timesteps > learning_starts``): one update more out of the online phase's.
+The agent CSVs are also written as ``train_stats.csv`` (:mod:`benchmarks.training_stats`), read as qc_sb3's are.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from benchmarks.runs import source_revision
 from benchmarks.specs import DatasetRequest, RunSpec
 from benchmarks.suites.ogbench import play_data_files
 from benchmarks.tasks import get_task
+from benchmarks.training_stats import export_run
 
 # The reference's agent flags for each method: the actor (best-of-N sampling or the distilled one-step policy).
 ACTOR_TYPES = {"QC": "best-of-n", "BFN": "best-of-n", "BFN-n": "best-of-n"}
@@ -262,6 +264,7 @@ def execute_reference_run(run: RunSpec, reference_root: Path, python: str, data_
         record = _run_record(run, command[1:-2], [path.resolve() for path in data_files], time.time() - started)
         write_json(final / "config.json", record)
         write_json(final / "versions.json", _reference_versions(python, reference_root))
+        export_run(final)
         (final / "DONE").write_text("done\n", encoding="utf-8")
         if run_dir.exists():
             shutil.rmtree(run_dir)

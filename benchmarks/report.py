@@ -13,7 +13,9 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
   per task, with the paper's success at the same step beside it (``tasks.csv``, :mod:`benchmarks.paper_comparison`);
 * where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
   ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`benchmarks.implementation_parity`), and their
-  table in ``summary.md``.
+  table in ``summary.md``;
+* where runs have a ``train_stats.csv``: ``training_stats.csv``, their training statistics at the end of each phase
+  per implementation and method (:mod:`benchmarks.training_stats`), and their table in ``summary.md``.
 
 Runs are pooled only when they share a protocol (phase budgets, evaluation schedule) and a dataset
 (:func:`campaign_key`). A folder holding runs of several protocols (say a pilot and the campaign it sized, side by
@@ -49,6 +51,7 @@ from benchmarks.implementation_parity import (
 )
 from benchmarks.paper_comparison import task_markdown, task_table
 from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+from benchmarks.training_stats import TRAIN_STATS_FILE, training_stats_section
 
 PAPER_CURVES = "paper_curves.csv"
 # The paper's x-axis: 1M offline gradient steps, then 1M online env steps.
@@ -85,8 +88,8 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
 
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
     :param finished_only: Read only finished runs (those with a ``DONE`` file)
-    :return: One row per evaluation; empty if there is none. ``campaign`` is the run's :func:`campaign_key`,
-        ``folder`` the folders between ``results_dir`` and the run's task folder. ``method`` is
+    :return: One row per evaluation; empty if there is none. ``run_dir`` is the run's folder, ``campaign`` its
+        :func:`campaign_key`, ``folder`` the folders between ``results_dir`` and the run's task folder. ``method`` is
         ``"<method> (<implementation>)"`` for runs of another implementation (their config.json's ``implementation``),
         ``base_method`` the method alone
     """
@@ -104,6 +107,7 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
         implementation = config.get("implementation", IMPLEMENTATION)
         location = path.relative_to(results_dir).parts[:-4]  # <folders>/<task>/<method>/seed<k>/eval.csv
         frame = frame.assign(
+            run_dir=str(path.parent),
             campaign=campaign_key(config),
             folder="/".join(location),
             task=config["task"],
@@ -396,7 +400,10 @@ def _write_campaign(results: pd.DataFrame, out: Path, seed: int) -> str:
         "beside it, the paper's mean success at its first evaluation at or after the same steps of the phase.\n\n"
         + task_markdown(per_task)
     )
-    return text + _parity_section(results, curves, out, seed)
+    text += _parity_section(results, curves, out, seed)
+    run_dirs = [Path(run_dir) for run_dir in sorted(results["run_dir"].unique())]
+    with_stats = [run_dir for run_dir in run_dirs if (run_dir / TRAIN_STATS_FILE).is_file()]
+    return text + training_stats_section(with_stats, out)
 
 
 def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed: int) -> str:

@@ -10,6 +10,7 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
   gradient steps, then the offline budget plus online env steps;
 * ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
   ``train/*`` and ``rollout/*`` at x = env steps) and ``eval/*``;
+* ``train_stats.csv``: those logs' scalars, written at the end (:mod:`benchmarks.training_stats`);
 * ``checkpoints/``: the latest checkpoint (:mod:`benchmarks.checkpoints`);
 * ``progress.json``: the run's progress, for the parent's display;
 * ``error.txt``: the traceback of a session that failed (removed when the next session starts);
@@ -75,6 +76,7 @@ from benchmarks.locks import FolderBusyError, folder_lock
 from benchmarks.methods import constructor_arguments
 from benchmarks.progress import ProgressWriter
 from benchmarks.specs import RunSpec
+from benchmarks.training_stats import export_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success
@@ -264,6 +266,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
         for logger in loggers.values():
             logger.close()
         env.close()
+    export_run(run_dir)  # train_stats.csv: the training statistics, small enough to commit
     summary = {"run": run.name, "status": "done", **final_successes(run_dir), "wall_time": state.wall_time}
     write_json(run_dir / DONE_FILE, {"finished": _now(), **summary})
     progress.finish("done")
