@@ -207,6 +207,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         # Whether the update must also copy normalisation statistics into the targets (a BatchNorm extractor).
         self._has_running_statistics = bool(self.policy.target_running_statistics()[0])
         self._step_losses = CompiledLosses(self._losses, self.device) if self.compile_step else None
+        if self.compile_step:
+            self.policy.compile_decision()
         if offline_data is not None:
             self._add_offline_data(offline_data)
 
