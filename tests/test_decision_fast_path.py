@@ -125,3 +125,16 @@ def test_predict_puts_every_network_in_eval_mode_even_if_one_was_switched_back()
     assert not any(module.training for module in policy.modules() if module is not policy.critic_target)
     policy.set_training_mode(True)
     assert all(module.training for name in policy.optimized_modules for module in getattr(policy, name).modules())
+
+
+@pytest.mark.parametrize("algorithm", [QC, QCFQL], ids=["QC", "QCFQL"])
+def test_the_decision_is_one_graph_and_the_step_keeps_its_samplers_eager(algorithm):
+    policy = make_model(algorithm, False).policy
+    observation = th.as_tensor(random_observations(n_envs=2)[0])
+    with th.no_grad():
+        with compiled_step.samplers_traced():
+            decision = th._dynamo.explain(policy._predict_chunk)(observation, False)
+        step_samplers = th._dynamo.explain(policy._predict_chunk)(observation, False)
+    assert decision.graph_count == 1 and not decision.break_reasons, decision.break_reasons
+    if algorithm is QC:  # best-of-N is a marked sampler: the gradient step's trace leaves it to eager code
+        assert any("best_of_n_actions" in reason.reason for reason in step_samplers.break_reasons)
