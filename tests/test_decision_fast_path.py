@@ -7,6 +7,7 @@ cheaper ``set_training_mode`` keeps SB3's semantics. One compiled model per meth
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -48,6 +49,7 @@ def model_pair(request):
     """An eager model and a compile_step=True model with the same weights (each model seeds the same init)."""
     eager, compiled = make_model(request.param, False), make_model(request.param, True)
     compiled.policy.load_state_dict(eager.policy.state_dict())
+    compiled.policy.compile_decision(measure=False)  # the compiled graph, whichever is faster on this host
     return eager, compiled
 
 
@@ -81,6 +83,31 @@ def test_compiled_decision_follows_the_weights_as_they_change(model_pair):
     expected = eager.policy.predict_chunk(observation)
     th.manual_seed(5)
     np.testing.assert_allclose(compiled.policy.predict_chunk(observation), expected, rtol=1e-5, atol=1e-5)
+
+
+def slowed(decide):
+    def slow_decision(*args):
+        time.sleep(0.02)
+        return decide(*args)
+
+    return slow_decision
+
+
+@needs_compiler
+@pytest.mark.parametrize("slower", ["eager", "compiled"])
+def test_first_decision_keeps_the_faster_path_and_draws_as_eager(slower):
+    eager, measured = make_model(QCFQL, False), make_model(QCFQL, True)
+    decision = measured.policy.compiled_decision
+    if slower == "eager":
+        decision.eager_decision = slowed(decision.eager_decision)
+    else:
+        decision._compiled = slowed(decision._compiled)
+    observations = random_observations(n_envs=2)[:8]
+    expected, expected_rng = decisions(eager, observations, False)
+    got, got_rng = decisions(measured, observations, False)
+    assert decision.compiled_faster is (slower == "eager") and decision.compiled is (slower == "eager")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # the trials drew from a fork of the generator
+    assert th.equal(got_rng, expected_rng)
 
 
 def test_no_cpp_compiler_decides_eagerly_with_the_reason():

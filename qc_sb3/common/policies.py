@@ -113,14 +113,17 @@ class ChunkPolicy(BasePolicy):
     def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         return self._predict_chunk(observation, deterministic=deterministic)
 
-    def compile_decision(self) -> None:
+    def compile_decision(self, measure: bool = True) -> None:
         """
         Make :meth:`predict` and :meth:`predict_chunk` decide through :meth:`_predict_chunk` compiled as one graph
         (:mod:`qc_sb3.common.compiled_decision`; the algorithms call this with ``compile_step=True``): the same
         chunks to float32 rounding from the same generator state, compiled at the first decision, eager with a
         warning where compiling is impossible.
+
+        :param measure: Time the compiled and the eager decision at the first decision and keep the faster
+            (False: always the compiled one)
         """
-        self.compiled_decision = CompiledDecision(self._predict_chunk, self.device)
+        self.compiled_decision = CompiledDecision(self._predict_chunk, self.device, measure=measure)
 
     def _decide(self, observation: th.Tensor, deterministic: bool) -> th.Tensor:
         """:meth:`_predict_chunk` without autograd, compiled after :meth:`compile_decision`."""
