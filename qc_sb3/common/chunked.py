@@ -103,9 +103,10 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         first ``train()`` of a process (tens of seconds cold, a few once inductor's on-disk cache holds the
         graphs). The policy's decision (``predict``, ``predict_chunk``) is compiled too, as one graph at its first
         call (:mod:`qc_sb3.common.compiled_decision`): the same chunks to float32 rounding from the same generator
-        state, about 2x faster for QC with 2 x 256 networks on CPU, no faster at the paper's 4 x 512. Off by
-        default, as in SB3; where compiling is impossible (no C++ compiler, no triton, another device) the step
-        and the decision stay eager with a warning that says why
+        state, 1.5x to 2x faster with 2 x 256 networks on CPU; the first decision times both and keeps the eager
+        one where it is faster (QC at the paper's 4 x 512). Off by default, as in SB3; where compiling is
+        impossible (no C++ compiler, no triton, another device) the step and the decision stay eager with a warning
+        that says why
     :param supported_action_spaces: The action spaces supported by the algorithm
     """
 

@@ -4,12 +4,13 @@ chunk (features, noise, the flow's Euler steps, the critic's scoring, the argmax
 with the policy's eager decision as the fallback.
 
 At a decision's batch size (one observation per env, times N samples for best-of-N) the eager decision is bound by
-per-operation overhead: a few hundred small kernels, each dispatched from Python. Compiled, the graph runs as one
-call into inductor's generated C++ (``cpp_wrapper``: no Python between its kernels). Measured on CPU, one thread,
-obs 40, A 5, h 5 (the README's speed notes): QC's decision about 1.8x faster with 2 x 256 networks, N = 8; but
-about 10% slower with the paper's 4 x 512, N = 32, where the matmuls dominate and the eager samplers' fused oneDNN
-Linear -> GELU layers (:mod:`qc_sb3.common.fast_inference`) beat inductor's separate matmul and GELU kernels. So
-the first decision compiles the graph, then times both decisions on its observation and keeps the faster.
+the fixed cost of each of its small kernel calls (a few per Euler step, each dispatched from Python). Compiled, the
+graph runs as one call into inductor's generated C++ (``cpp_wrapper``: no Python between its kernels). Measured on
+CPU, one thread, obs 40, A 5, h 5 (the README's speed notes): QC's decision 1.5x to 2x faster with 2 x 256 networks,
+N = 8, QC-FQL's about 1.5x; but QC's about 10% slower with the paper's 4 x 512, N = 32, where the matmuls dominate
+and the eager samplers' fused oneDNN Linear -> GELU layers (:mod:`qc_sb3.common.fast_inference`) beat inductor's
+separate matmul and GELU kernels. So the first decision compiles the graph, then times both decisions on its
+observation and keeps the faster.
 
 Random numbers are drawn by PyTorch's own kernels in the eager order (inductor's ``fallback_random``), so that the
 compiled decision gives the eager one's chunk to float32 rounding from the same generator state. The graph reads
