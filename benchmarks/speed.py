@@ -243,11 +243,14 @@ def main() -> None:
             compiled_rate = 1 / statistics.median(times[f"{name} compiled"])
             eager_ms = 1000 * statistics.median(times[f"{name} decision"])
             compiled_ms = 1000 * statistics.median(times[f"{name} compiled decision"])
+            decision = compiled.policy.compiled_decision
             fallbacks = [
                 f"eager {what}: {part.fallback_reason}"
-                for what, part in (("step", compiled._step_losses), ("decision", compiled.policy.compiled_decision))
-                if not part.compiled
+                for what, part in (("step", compiled._step_losses), ("decision", decision))
+                if part.fallback_reason is not None
             ]
+            if decision.compiled_faster is False:
+                fallbacks.append("eager decision kept: it was the faster at the first decision")
             print(
                 f"{key[0]:8s} {key[1]:6s} {eager_rate:14.2f} {compiled_rate:17.2f} {compiled_rate / eager_rate:6.2f}x "
                 f"{eager_ms:9.2f} {compiled_ms:12.2f} {eager_ms / compiled_ms:6.2f}x "
