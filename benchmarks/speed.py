@@ -18,8 +18,9 @@ reference's code. The reference is never a dependency of qc_sb3; without these o
 figure from another machine or another hour is no baseline.
 
 ``--compile-step`` also times a copy of every model built with ``compile_step=True`` (the same weights), in the same
-rounds, and prints its steps/s and its ratio to the eager step; each copy's compile (its first ``train()``, with
-inductor's on-disk cache as this process finds it) is timed once, before the rounds.
+rounds, and prints its steps/s and decision latency and their ratios to the eager ones; each copy's compiles (its
+first ``train()`` and its first decision, with inductor's on-disk cache as this process finds it) are timed once,
+before the rounds.
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ def main() -> None:
             compiled.policy.load_state_dict(model.policy.state_dict())
             start = time.perf_counter()
             compiled.train(gradient_steps=1, batch_size=256)
+            compiled.policy.predict_chunk(observation)
             compiled_models[config_name, method] = compiled
             compile_seconds[config_name, method] = time.perf_counter() - start
     matmul, matmul_flops = matmul_call()
@@ -192,6 +194,7 @@ def main() -> None:
         if (config_name, method) in compiled_models:
             compiled = compiled_models[config_name, method]
             calls[f"{config_name} {method} compiled"] = lambda model=compiled: model.train(gradient_steps=1, batch_size=256)
+            calls[f"{config_name} {method} compiled decision"] = lambda model=compiled: model.policy.predict_chunk(observation)
         calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
     times = interleaved_seconds(calls, args.rounds, args.repeats)
     # The reference right after, in the same window: its figures are the only baseline a ratio may use.
@@ -229,15 +232,29 @@ def main() -> None:
         )
 
     if compiled_models:
-        print("compile_step=True, in the same rounds (ratio: compiled steps/s over eager steps/s):")
-        print(f"{'config':8s} {'method':6s} {'eager steps/s':>14s} {'compiled steps/s':>17s} {'ratio':>7s} {'compile s':>10s}")
+        print("compile_step=True, in the same rounds (ratios: compiled over eager steps/s, eager over compiled ms):")
+        print(
+            f"{'config':8s} {'method':6s} {'eager steps/s':>14s} {'compiled steps/s':>17s} {'ratio':>7s} "
+            f"{'eager ms':>9s} {'compiled ms':>12s} {'ratio':>7s} {'compile s':>10s}"
+        )
         for key, compiled in compiled_models.items():
-            eager_rate = 1 / statistics.median(times[f"{key[0]} {key[1]} step"])
-            compiled_rate = 1 / statistics.median(times[f"{key[0]} {key[1]} compiled"])
-            mode = "" if compiled._step_losses.compiled else f" (eager: {compiled._step_losses.fallback_reason})"
+            name = f"{key[0]} {key[1]}"
+            eager_rate = 1 / statistics.median(times[f"{name} step"])
+            compiled_rate = 1 / statistics.median(times[f"{name} compiled"])
+            eager_ms = 1000 * statistics.median(times[f"{name} decision"])
+            compiled_ms = 1000 * statistics.median(times[f"{name} compiled decision"])
+            decision = compiled.policy.compiled_decision
+            fallbacks = [
+                f"eager {what}: {part.fallback_reason}"
+                for what, part in (("step", compiled._step_losses), ("decision", decision))
+                if part.fallback_reason is not None
+            ]
+            if decision.compiled_faster is False:
+                fallbacks.append("eager decision kept: it was the faster at the first decision")
             print(
                 f"{key[0]:8s} {key[1]:6s} {eager_rate:14.2f} {compiled_rate:17.2f} {compiled_rate / eager_rate:6.2f}x "
-                f"{compile_seconds[key]:10.1f}{mode}"
+                f"{eager_ms:9.2f} {compiled_ms:12.2f} {eager_ms / compiled_ms:6.2f}x "
+                f"{compile_seconds[key]:10.1f}{' (' + '; '.join(fallbacks) + ')' if fallbacks else ''}"
             )
 
 

@@ -186,9 +186,12 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def set_training_mode(self, mode: bool) -> None:
-        self.features_extractor.train(mode)
-        for name in self.optimized_modules:
-            getattr(self, name).train(mode)
+        modules = [self.features_extractor, *(getattr(self, name) for name in self.optimized_modules)]
+        # Reading every submodule's flag costs a fifth of setting it (nn.Module.__setattr__), and each decision
+        # calls this: set the flags only when one differs.
+        if any(submodule.training != mode for module in modules for submodule in module.modules()):
+            for module in modules:
+                module.train(mode)
         self.training = mode
 
     def _get_constructor_parameters(self) -> dict[str, Any]:

@@ -20,10 +20,11 @@ and gives the same update to float32 rounding.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch as th
@@ -34,6 +35,10 @@ Losses = Callable[[T], dict[str, th.Tensor]]
 # Inductor options: eager random kernels (the same stream as the eager step); no pool of compile workers (the
 # compile is one graph, and training processes usually have every core busy).
 INDUCTOR_OPTIONS = {"fallback_random": True, "compile_threads": 1}
+
+# Whether compiled code traces the samplers that ``run_eagerly_on_cpu`` marks (True while a compiled decision,
+# qc_sb3.common.compiled_decision, runs): ``torch.compile`` guards on this value.
+_samplers_traced = False
 
 
 def compile_unavailable_reason(device: th.device) -> str | None:
@@ -58,11 +63,26 @@ def compile_unavailable_reason(device: th.device) -> str | None:
     return f"torch.compile of the gradient step supports the cpu and cuda devices, got {device.type!r}"
 
 
+@contextlib.contextmanager
+def samplers_traced() -> Iterator[None]:
+    """
+    Within this context, compiled code traces the samplers that :func:`run_eagerly_on_cpu` marks, as a compiled
+    decision does: at its batch sizes (a few rows) inductor's code beats their eager fast paths. Not thread-safe
+    (a module-level switch), as the samplers' scratch memory is not.
+    """
+    global _samplers_traced
+    previous, _samplers_traced = _samplers_traced, True
+    try:
+        yield
+    finally:
+        _samplers_traced = previous
+
+
 def run_eagerly_on_cpu(function: Callable[..., T]) -> Callable[..., T]:
     """
     ``function`` as it is, except that a compiled gradient step runs it eagerly when its first tensor argument is
-    on the CPU, where its fast paths beat inductor's code (see the module's docstring). Outside ``torch.compile``
-    this is one check more per call.
+    on the CPU, where its fast paths beat inductor's code (see the module's docstring); a compiled decision traces
+    it (:func:`samplers_traced`). Outside ``torch.compile`` this is one check more per call.
 
     :param function: A sampler that runs without autograd, e.g. ``f(network, observations, ...)``
     :return: The same function, seen by ``torch.compile`` as a graph break on CPU
@@ -71,7 +91,8 @@ def run_eagerly_on_cpu(function: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(function)
     def dispatch(*args: Any, **kwargs: Any) -> T:
-        if th.compiler.is_compiling() and next(arg for arg in args if isinstance(arg, th.Tensor)).device.type == "cpu":
+        traced = not th.compiler.is_compiling() or _samplers_traced
+        if not traced and next(arg for arg in args if isinstance(arg, th.Tensor)).device.type == "cpu":
             return eager(*args, **kwargs)
         return function(*args, **kwargs)
 

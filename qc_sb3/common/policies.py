@@ -12,6 +12,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 
+from qc_sb3.common.compiled_decision import CompiledDecision
+
 # The recurrent state that carries the action queues between `predict` calls: the queued chunks, in the
 # buffer's [-1, 1] scale, shape (n_envs, h, A), and the index of the next action to pop per env, shape (n_envs,)
 # (a queue is empty when its index reaches h).
@@ -72,6 +74,7 @@ class ChunkPolicy(BasePolicy):
         # Whether the last predict() call got state=None, and whether the re-planning warning was given.
         self._last_predict_without_state = False
         self._warned_predict_without_state = False
+        self.compiled_decision: CompiledDecision | None = None
 
     @property
     def act_chunk_size(self) -> int:
@@ -110,6 +113,25 @@ class ChunkPolicy(BasePolicy):
     def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         return self._predict_chunk(observation, deterministic=deterministic)
 
+    def compile_decision(self, measure: bool = True) -> None:
+        """
+        Make :meth:`predict` and :meth:`predict_chunk` decide through :meth:`_predict_chunk` compiled as one graph
+        (:mod:`qc_sb3.common.compiled_decision`; the algorithms call this with ``compile_step=True``): the same
+        chunks to float32 rounding from the same generator state, compiled at the first decision, eager with a
+        warning where compiling is impossible.
+
+        :param measure: Time the compiled and the eager decision at the first decision and keep the faster
+            (False: always the compiled one)
+        """
+        self.compiled_decision = CompiledDecision(self._predict_chunk, self.device, measure=measure)
+
+    def _decide(self, observation: th.Tensor, deterministic: bool) -> th.Tensor:
+        """:meth:`_predict_chunk` without autograd, compiled after :meth:`compile_decision`."""
+        with th.no_grad():
+            if self.compiled_decision is None:
+                return self._predict_chunk(observation, deterministic=deterministic)
+            return self.compiled_decision(observation, deterministic)
+
     def predict_chunk(self, observation: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """
         One chunk per observation, in the env's action scale.
@@ -120,8 +142,7 @@ class ChunkPolicy(BasePolicy):
         """
         self.set_training_mode(False)
         observation_tensor, _ = self.obs_to_tensor(observation)
-        with th.no_grad():
-            chunks = self._predict_chunk(observation_tensor, deterministic=deterministic).cpu().numpy()
+        chunks = self._decide(observation_tensor, deterministic).cpu().numpy()
         chunks = chunks.reshape(len(chunks), self.act_chunk_size, *self.action_space.shape)
         return self.unscale_action(chunks)
 
@@ -150,10 +171,7 @@ class ChunkPolicy(BasePolicy):
             next_index[np.asarray(episode_start, dtype=bool).reshape(n_envs)] = self.act_chunk_size
         empty = next_index >= self.act_chunk_size
         if empty.any():
-            with th.no_grad():
-                new_chunks = self._predict_chunk(
-                    observation_tensor[th.as_tensor(empty, device=self.device)], deterministic=deterministic
-                )
+            new_chunks = self._decide(observation_tensor[th.as_tensor(empty, device=self.device)], deterministic)
             chunks[empty] = new_chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
             next_index[empty] = 0
         scaled_actions = chunks[np.arange(n_envs), next_index]

@@ -51,9 +51,9 @@ class QC(FlowQAlgorithm):
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
     :param device: Device (cpu, cuda, ...) on which the code should be run
     :param seed: Seed for the pseudo random generators
-    :param compile_step: Compile the losses of the gradient step with ``torch.compile`` (off by default; see
-        ``ChunkedOffPolicyAlgorithm``: the same updates to float32 rounding, eager with a warning where compiling is
-        impossible)
+    :param compile_step: Compile the losses of the gradient step, and the policy's decision, with ``torch.compile``
+        (off by default; see ``ChunkedOffPolicyAlgorithm``: the same updates and chunks to float32 rounding, eager
+        with a warning where compiling is impossible)
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

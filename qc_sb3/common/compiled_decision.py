@@ -1,0 +1,114 @@
+"""
+The compiled decision (``compile_step=True``): a policy's whole chunk decision, from the observation tensor to the
+chunk (features, noise, the flow's Euler steps, the critic's scoring, the argmax), as one ``torch.compile`` graph,
+with the policy's eager decision as the fallback.
+
+At a decision's batch size (one observation per env, times N samples for best-of-N) the eager decision is bound by
+the fixed cost of each of its small kernel calls (a few per Euler step, each dispatched from Python). Compiled, the
+graph runs as one call into inductor's generated C++ (``cpp_wrapper``: no Python between its kernels). Measured on
+CPU, one thread, obs 40, A 5, h 5 (the README's speed notes): QC's decision 1.5x to 2x faster with 2 x 256 networks,
+N = 8, QC-FQL's about 1.5x; but QC's about 10% slower with the paper's 4 x 512, N = 32, where the matmuls dominate
+and the eager samplers' fused oneDNN Linear -> GELU layers (:mod:`qc_sb3.common.fast_inference`) beat inductor's
+separate matmul and GELU kernels. So the first decision compiles the graph, then times both decisions on its
+observation and keeps the faster.
+
+Random numbers are drawn by PyTorch's own kernels in the eager order (inductor's ``fallback_random``), so that the
+compiled decision gives the eager one's chunk to float32 rounding from the same generator state. The graph reads
+the networks' parameters at every call: training between decisions is seen at the next one. A new batch size
+recompiles once, then the graph is compiled for any batch size (``torch.compile``'s automatic dynamic shapes).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+
+import torch as th
+
+from qc_sb3.common.compiled_step import INDUCTOR_OPTIONS, compile_unavailable_reason, samplers_traced
+
+Decision = Callable[[th.Tensor, bool], th.Tensor]
+
+
+TRIAL_CALLS = 5
+
+
+class CompiledDecision:
+    """
+    A policy's decision ``(observation, deterministic) -> chunk``, compiled on its first call, or eager where
+    compiling is impossible or slower.
+
+    The first call compiles the graph and, with ``measure``, times :data:`TRIAL_CALLS` calls of the compiled and of
+    the eager decision on its observation, in turns, and keeps the faster (best of its calls): the trials draw
+    their noise from a fork of the random generators, so that the first chunk, and every later one, is drawn from
+    the generator state it would be drawn from without them.
+
+    The fallback is automatic, with a warning that gives the reason: before any work when the device lacks what
+    ``torch.compile`` needs (:func:`~qc_sb3.common.compiled_step.compile_unavailable_reason`), or when a compile
+    fails (the first one, or a recompile for a new batch size or ``deterministic`` value); the policy then decides
+    eagerly. A compiled decision that is slower than the eager one is left without a warning
+    (:attr:`compiled_faster`).
+
+    :param decide: The eager decision, ``decide(observation, deterministic)``, run without autograd
+    :param device: The device of the policy
+    :param measure: Time both decisions at the first call and keep the faster; False: always the compiled one
+    """
+
+    def __init__(self, decide: Decision, device: th.device, measure: bool = True):
+        self.eager_decision = decide
+        self.measure = measure
+        self.compile_seconds: float | None = None
+        # Whether the compiled decision was the faster at the first call (None before it, or without ``measure``).
+        self.compiled_faster: bool | None = None
+        self.fallback_reason = compile_unavailable_reason(th.device(device))
+        self._compiled: Decision | None = None
+        if self.fallback_reason is None:
+            options = {**INDUCTOR_OPTIONS, "cpp_wrapper": th.device(device).type == "cpu"}
+            self._compiled = th.compile(decide, options=options)
+        else:
+            self._warn_fallback()
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the decision runs compiled (False after a fallback, or when the eager one was faster)."""
+        return self._compiled is not None and self.compiled_faster is not False
+
+    def _warn_fallback(self) -> None:
+        warnings.warn(f"compile_step=True: the policy decides eagerly, because {self.fallback_reason}", stacklevel=3)
+
+    def _run_compiled(self, observation: th.Tensor, deterministic: bool) -> th.Tensor:
+        with samplers_traced():
+            return self._compiled(observation, deterministic)  # type: ignore[misc]  # only called while compiled
+
+    def _compile_and_measure(self, observation: th.Tensor, deterministic: bool) -> None:
+        """The first call's compile, then (with ``measure``) the trials, all on a fork of the generators."""
+        devices = [observation.device] if observation.device.type == "cuda" else []
+        with th.random.fork_rng(devices=devices):
+            start = time.perf_counter()
+            self._run_compiled(observation, deterministic)
+            self.compile_seconds = time.perf_counter() - start
+            if not self.measure:
+                return
+            seconds: dict[bool, list[float]] = {True: [], False: []}
+            for _ in range(TRIAL_CALLS):
+                for compiled, decide in ((True, self._run_compiled), (False, self.eager_decision)):
+                    start = time.perf_counter()
+                    decide(observation, deterministic).cpu()  # .cpu(): waits for an asynchronous device
+                    seconds[compiled].append(time.perf_counter() - start)
+            self.compiled_faster = min(seconds[True]) < min(seconds[False])
+
+    def __call__(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        if not self.compiled:
+            return self.eager_decision(observation, deterministic)
+        try:
+            if self.compile_seconds is None:
+                self._compile_and_measure(observation, deterministic)
+                if not self.compiled:
+                    return self.eager_decision(observation, deterministic)
+            return self._run_compiled(observation, deterministic)
+        except Exception as error:  # any compiler failure falls back to eager, with its message
+            self._compiled = None
+            self.fallback_reason = f"compiling it failed with {type(error).__name__}: {str(error).strip()[:500]}"
+            self._warn_fallback()
+            return self.eager_decision(observation, deterministic)
