@@ -224,7 +224,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
         else:
             folder, state = checkpoint
             check_rows(run, points, rows, state)
-            model = _resumed_model(run, env, folder)
+            model = resumed_model(run, env, folder)
     except BaseException:
         env.close()
         raise
@@ -327,8 +327,17 @@ def build_model(run: RunSpec, env: Any) -> ChunkedOffPolicyAlgorithm:
     return _build_model(run, env, run.offline_dataset)
 
 
-def _resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
-    # Built without its offline data: the checkpoint's buffer holds the offline segment as it stood.
+def resumed_model(run: RunSpec, env: Any, folder: Path) -> ChunkedOffPolicyAlgorithm:
+    """
+    A run's algorithm as it stood at a checkpoint: built from its config, without its offline data (the checkpoint's
+    buffer holds the offline segment as it stood), the checkpoint's states put into it. Nothing is written.
+
+    :param run: The run
+    :param env: The run's env
+    :param folder: The checkpoint's folder (:func:`~benchmarks.checkpoints.latest_checkpoint`)
+    :return: The model
+    :raises CheckpointError: If the checkpoint is damaged or does not fit the run's config
+    """
     model = _build_model(run, env, None)
     restore_checkpoint(model, folder)
     if isinstance(run.offline_dataset, OfflineShards):
