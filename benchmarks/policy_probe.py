@@ -251,8 +251,8 @@ def probe_episodes(model: ChunkedOffPolicyAlgorithm, run: RunSpec, samples: int 
     """
     Evaluate the policy with N candidates per decision (or its own actor) for some episodes on the run's env.
 
-    The env is the runner's evaluation env (the task's env with the run's env settings, in a ``Monitor``), its
-    episodes seeded from ``seed``, as is the noise: every N sees the same initial states. Chunks are executed
+    The env is the runner's evaluation env (the task's env with the run's env settings, in a ``Monitor``); its first
+    reset and torch's generator (the noise) are seeded with ``seed``, alike for every N. Chunks are executed
     open-loop, ``act_chunk_size`` actions per decision, in the env's scale and clipped to its bounds, as
     :meth:`~qc_sb3.common.policies.ChunkPolicy.predict` does; success is the last step's ``info["success"]``.
 
