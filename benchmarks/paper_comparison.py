@@ -1,5 +1,5 @@
-"""Success per task and method at the end of each phase, with the paper's success at the same step beside it
-(docs/evidence.md §3).
+"""The paper's curves, and success per task and method at the end of each phase with the paper's success at the same
+step beside it (docs/evidence.md §3).
 
 The paper evaluates every 100k steps (1M offline gradient steps, then 1M online env steps); a protocol's phase end is
 compared with the paper's first evaluation at or after the same number of steps of that phase, and the table names
@@ -8,11 +8,60 @@ that step (e.g. ``100k`` offline, ``1M+200k`` online).
 
 from __future__ import annotations
 
+import re
+from importlib import resources
+
+import numpy as np
 import pandas as pd
 
 from benchmarks.stats import bootstrap_mean_ci
 
+PAPER_CURVES = "paper_curves.csv"
+# The paper's x-axis: 1M offline gradient steps, then 1M online env steps.
 PAPER_OFFLINE_STEPS = 1_000_000
+PAPER_ONLINE_STEPS = 1_000_000
+_OGBENCH_TASK = re.compile(r"^(?P<family>.+)-play-singletask-task(?P<number>\d+)-v0$")
+
+
+def paper_task_name(task: str) -> str | None:
+    """
+    A task's name in the paper's curves: ``cube-double-play-singletask-task2-v0`` -> ``cube-double-play-task2``,
+    ``lift-mh-low_dim`` -> ``lift``; None for other tasks.
+
+    :param task: Our task name
+    :return: The paper's, or None
+    """
+    match = _OGBENCH_TASK.match(task)
+    if match:
+        return f"{match['family']}-play-task{match['number']}"
+    if task in ("lift-mh-low_dim", "can-mh-low_dim", "square-mh-low_dim"):
+        return task.split("-")[0]
+    return None
+
+
+def read_paper_curves() -> pd.DataFrame:
+    """The paper's curves (``benchmarks/data/paper_curves.csv``, shipped with the package)."""
+    with resources.files("benchmarks").joinpath("data", PAPER_CURVES).open("r", encoding="utf-8") as file:
+        return pd.read_csv(file)
+
+
+def paper_curve_on_axis(paper: pd.DataFrame, offline_budget: int, online_budget: int) -> pd.DataFrame:
+    """
+    A paper curve with its steps mapped onto a protocol's axis: its offline phase [0, 1M] onto [0, offline_budget],
+    its online phase [1M, 2M] onto [offline_budget, offline_budget + online_budget].
+
+    :param paper: Rows of one task and method of the paper's curves
+    :param offline_budget: This protocol's offline gradient steps
+    :param online_budget: This protocol's online env steps
+    :return: The rows with ``step`` mapped
+    """
+    steps = paper["step"].to_numpy(dtype=float)
+    mapped = np.where(
+        steps <= PAPER_OFFLINE_STEPS,
+        steps / PAPER_OFFLINE_STEPS * offline_budget,
+        offline_budget + (steps - PAPER_OFFLINE_STEPS) / PAPER_ONLINE_STEPS * online_budget,
+    )
+    return paper.assign(step=mapped)
 
 
 def paper_success_at(
@@ -21,7 +70,7 @@ def paper_success_at(
     """
     The paper's mean success of a task and method at its first evaluation at or after ``steps`` steps of a phase.
 
-    :param paper: The paper's curves (:func:`benchmarks.report.read_paper_curves`)
+    :param paper: The paper's curves (:func:`read_paper_curves`)
     :param paper_task: The task's name in the paper's curves, or None
     :param method: The method
     :param phase: ``offline`` or ``online``

@@ -47,7 +47,7 @@ from benchmarks.config import load_config
 from benchmarks.locks import folder_lock
 from benchmarks.methods import get_method
 from benchmarks.planning import default_dataset_cache, plan_runs
-from benchmarks.runs import source_revision
+from benchmarks.provenance import source_revision
 from benchmarks.specs import DatasetRequest, RunSpec
 from benchmarks.suites.ogbench import play_data_files
 from benchmarks.tasks import get_task

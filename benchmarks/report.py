@@ -17,20 +17,16 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
 * where runs have a ``train_stats.csv``: ``training_stats.csv``, their training statistics at the end of each phase
   per implementation and method (:mod:`benchmarks.training_stats`), and their table in ``summary.md``.
 
-Runs are pooled only when they share a protocol (phase budgets, evaluation schedule) and a dataset
-(:func:`campaign_key`). A folder holding runs of several protocols (say a pilot and the campaign it sized, side by
-side) gets one report per protocol, each in a sub-folder named after the folders its runs sit in
-(:func:`campaign_names`), and a ``summary.md`` that holds all of them, one section each.
+Runs are pooled only within a campaign: runs that share a protocol and a dataset (:mod:`benchmarks.campaigns`). A
+folder holding several campaigns gets one report each, in sub-folders, and one ``summary.md`` with a section each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
 import matplotlib
@@ -38,9 +34,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
+from benchmarks.campaigns import campaign_key, campaign_names, describe_campaign
 from benchmarks.implementation_parity import (
     IMPLEMENTATION,
     curve_differences,
@@ -49,37 +45,17 @@ from benchmarks.implementation_parity import (
     per_evaluation_differences,
     plot_parity,
 )
-from benchmarks.paper_comparison import task_markdown, task_table
+from benchmarks.paper_comparison import (
+    PAPER_OFFLINE_STEPS,
+    PAPER_ONLINE_STEPS,
+    paper_curve_on_axis,
+    paper_task_name,
+    read_paper_curves,
+    task_markdown,
+    task_table,
+)
 from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
 from benchmarks.training_stats import TRAIN_STATS_FILE, training_stats_section
-
-PAPER_CURVES = "paper_curves.csv"
-# The paper's x-axis: 1M offline gradient steps, then 1M online env steps.
-PAPER_OFFLINE_STEPS = 1_000_000
-PAPER_ONLINE_STEPS = 1_000_000
-_OGBENCH_TASK = re.compile(r"^(?P<family>.+)-play-singletask-task(?P<number>\d+)-v0$")
-
-
-def paper_task_name(task: str) -> str | None:
-    """
-    A task's name in the paper's curves: ``cube-double-play-singletask-task2-v0`` -> ``cube-double-play-task2``,
-    ``lift-mh-low_dim`` -> ``lift``; None for other tasks.
-
-    :param task: Our task name
-    :return: The paper's, or None
-    """
-    match = _OGBENCH_TASK.match(task)
-    if match:
-        return f"{match['family']}-play-task{match['number']}"
-    if task in ("lift-mh-low_dim", "can-mh-low_dim", "square-mh-low_dim"):
-        return task.split("-")[0]
-    return None
-
-
-def read_paper_curves() -> pd.DataFrame:
-    """The paper's curves (``benchmarks/data/paper_curves.csv``, shipped with the package)."""
-    with resources.files("benchmarks").joinpath("data", PAPER_CURVES).open("r", encoding="utf-8") as file:
-        return pd.read_csv(file)
 
 
 def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.DataFrame:
@@ -89,7 +65,7 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
     :param finished_only: Read only finished runs (those with a ``DONE`` file)
     :return: One row per evaluation; empty if there is none. ``run_dir`` is the run's folder, ``campaign`` its
-        :func:`campaign_key`, ``folder`` the folders between ``results_dir`` and the run's task folder. ``method`` is
+        campaign's key, ``folder`` the folders between ``results_dir`` and its task folder. ``method`` is
         ``"<method> (<implementation>)"`` for runs of another implementation (their config.json's ``implementation``),
         ``base_method`` the method alone
     """
@@ -125,55 +101,6 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
-
-
-def campaign_key(config: dict) -> str:
-    """
-    What runs must share to be pooled in one report: their protocol (phase budgets, evaluation schedule) and their
-    dataset, as canonical JSON.
-
-    :param config: A run's ``config.json``
-    :return: The key
-    """
-    return json.dumps({"protocol": config["protocol"], "dataset": config.get("dataset")}, sort_keys=True)
-
-
-def campaign_names(results: pd.DataFrame) -> dict[str, str]:
-    """
-    A name for each protocol of a results folder: the folders its runs sit in, joined by ``+`` (``parity+reference``),
-    or ``protocol-<k>`` (in order of the keys) where its runs sit directly in the results folder or share their
-    folders' name with another protocol's.
-
-    :param results: :func:`load_results`'s rows
-    :return: ``campaign`` key -> name
-    """
-    keys = sorted(results["campaign"].unique())
-    folders = {key: "+".join(sorted(set(results.loc[results["campaign"] == key, "folder"]))) for key in keys}
-    taken = list(folders.values())
-    return {
-        key: folders[key] if folders[key] and "" not in folders[key].split("+") and taken.count(folders[key]) == 1
-        else f"protocol-{index}"
-        for index, key in enumerate(keys)
-    }
-
-
-def describe_campaign(key: str) -> str:
-    """
-    A campaign key in words: ``10000 offline gradient steps + 20000 online env steps; 20 episodes every 2500 steps;
-    data: source generate, episodes 60, ...``.
-
-    :param key: A :func:`campaign_key`
-    :return: The description
-    """
-    campaign = json.loads(key)
-    protocol = campaign["protocol"]
-    text = (
-        f"{protocol['offline_steps']} offline gradient steps + {protocol['online_steps']} online env steps; "
-        f"{protocol['eval_episodes']} evaluation episodes every {protocol['eval_interval']} steps"
-    )
-    if campaign["dataset"]:
-        text += "; data: " + ", ".join(f"{name} {value}" for name, value in campaign["dataset"].items())
-    return text
 
 
 def curve_statistics(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
@@ -274,25 +201,6 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paper_curve_on_axis(paper: pd.DataFrame, offline_budget: int, online_budget: int) -> pd.DataFrame:
-    """
-    A paper curve with its steps mapped onto a protocol's axis: its offline phase [0, 1M] onto [0, offline_budget],
-    its online phase [1M, 2M] onto [offline_budget, offline_budget + online_budget].
-
-    :param paper: Rows of one task and method of the paper's curves
-    :param offline_budget: This protocol's offline gradient steps
-    :param online_budget: This protocol's online env steps
-    :return: The rows with ``step`` mapped
-    """
-    steps = paper["step"].to_numpy(dtype=float)
-    mapped = np.where(
-        steps <= PAPER_OFFLINE_STEPS,
-        steps / PAPER_OFFLINE_STEPS * offline_budget,
-        offline_budget + (steps - PAPER_OFFLINE_STEPS) / PAPER_ONLINE_STEPS * online_budget,
-    )
-    return paper.assign(step=mapped)
-
-
 def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.DataFrame, path: Path) -> bool:
     """
     Plot one task's learning curves, with the paper's where it has the task and method.
@@ -347,8 +255,8 @@ def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.
 
 def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0, finished_only: bool = False) -> Path:
     """
-    Write the plots and tables of a results folder: in ``out`` itself when its runs share one protocol, else one
-    sub-folder per protocol (:func:`campaign_names`) and a ``summary.md`` with a section for each.
+    Write the plots and tables of a results folder: in ``out`` when its runs share one protocol, else in one
+    sub-folder per protocol (:func:`campaign_names`), with a section each in ``summary.md``.
 
     :param results_dir: The results folder
     :param out: The report folder (default ``<results_dir>/report``)
@@ -359,8 +267,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     results_dir = Path(results_dir)
     out = results_dir / "report" if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = load_results(results_dir, finished_only=finished_only)
-    title = f"# Results: {results_dir}\n\n"
+    results, title = load_results(results_dir, finished_only=finished_only), f"# Results: {results_dir}\n\n"
     if results.empty:
         (out / "summary.md").write_text("No evaluations found.\n", encoding="utf-8")
         return out
@@ -368,10 +275,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     if len(names) == 1:
         text = title + _write_campaign(results, out, seed)
     else:
-        text = title + (
-            f"These runs follow {len(names)} protocols. Runs of different protocols are never pooled: each protocol "
-            "has its own report, in the sub-folder named in its section.\n"
-        )
+        text = title + f"These runs follow {len(names)} protocols, never pooled: each has its own report and section.\n"
         for key, name in sorted(names.items(), key=lambda item: item[1]):
             body = _write_campaign(results[results["campaign"] == key], out / name, seed)
             demoted = "\n".join("#" + line if line.startswith("#") else line for line in body.splitlines())

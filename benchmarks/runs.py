@@ -35,14 +35,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import platform
-import subprocess
 import time
 import traceback
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +72,7 @@ from benchmarks.evaluations import (
 from benchmarks.locks import FolderBusyError, folder_lock
 from benchmarks.methods import constructor_arguments
 from benchmarks.progress import ProgressWriter
+from benchmarks.provenance import package_versions, source_revision
 from benchmarks.specs import RunSpec
 from benchmarks.training_stats import export_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
@@ -85,7 +83,6 @@ CONFIG_FILE = "config.json"
 VERSIONS_FILE = "versions.json"
 DONE_FILE = "DONE"
 ERROR_FILE = "error.txt"
-PACKAGES = ("qc_sb3", "torch", "stable_baselines3", "gymnasium", "minari", "numpy", "ogbench", "mujoco", "robosuite")
 # Offline gradient steps between two progress updates.
 OFFLINE_PIECE = 1000
 
@@ -96,38 +93,6 @@ RunHook = Callable[[str, RunSpec], None]
 
 class RunConflictError(RuntimeError):
     """A run folder holds the results of a different configuration."""
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of Python and of the packages a run's results depend on (``not installed`` for absent ones)."""
-    versions = {"python": platform.python_version()}
-    for package in PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
-
-
-def source_revision() -> dict[str, Any]:
-    """
-    The git revision of the checkout the runner's code is imported from: ``commit`` and ``dirty`` (uncommitted changes
-    to tracked files), or ``commit`` None outside a git checkout. Results that back a claim come from a pinned, clean
-    checkout (``git worktree add DIR COMMIT``).
-    """
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*arguments: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def check_run_folder(run: RunSpec) -> None:

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from benchmarks.config import load_config
-from benchmarks.paper_comparison import paper_success_at
+from benchmarks.paper_comparison import paper_success_at, read_paper_curves
 from benchmarks.planning import plan_runs
 from benchmarks.reference_runs import convert_eval_rows, reference_flags
-from benchmarks.report import read_paper_curves, write_report
+from benchmarks.report import write_report
 from benchmarks.stats import bootstrap_difference_ci
 
 TASK = "cube-single-play-singletask-task1-v0"

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.report import main, paper_curve_on_axis, paper_task_name, plot_task, read_paper_curves, write_report
+from benchmarks.paper_comparison import paper_curve_on_axis, paper_task_name, read_paper_curves
+from benchmarks.report import main, plot_task, write_report
 from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
 
 CUBE_DOUBLE_2 = "cube-double-play-singletask-task2-v0"
