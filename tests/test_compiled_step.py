@@ -15,7 +15,8 @@ from torch._inductor import config as inductor_config
 
 from qc_sb3 import QC, QCFQL
 from qc_sb3.common import compiled_step
-from qc_sb3.common.compiled_step import CompiledLosses, compile_unavailable_reason
+from qc_sb3.common.compiled_step import CompiledLosses, compile_unavailable_reason, traced_gelu_tanh
+from qc_sb3.common.networks import MLP, CriticEnsemble
 
 OBS_DIM, ACTION_DIM, N_STEPS, BATCH_SIZE = 4, 2, 100, 32
 
@@ -169,3 +170,35 @@ def test_compiled_step_equals_eager_step_on_cuda():
     eager_losses, compiled_losses = run_steps(models[0], 20), run_steps(models[1], 20)
     for expected, got in zip(eager_losses, compiled_losses, strict=True):
         assert got == pytest.approx(expected, rel=1e-3, abs=1e-4)
+
+
+def test_traced_gelu_tanh_is_gelu_tanh_in_values_and_gradients():
+    # The reference's GELU(tanh), 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), and its derivative in float64.
+    x = th.cat([th.linspace(-12.0, 12.0, 2001), th.tensor([-40.0, -1e-4, 0.0, 1e-4, 40.0])]).double().requires_grad_()
+    expected = 0.5 * x * (1 + th.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    (expected_gradient,) = th.autograd.grad(expected.sum(), x)
+    x32 = x.detach().float().requires_grad_()
+    got = traced_gelu_tanh(x32)
+    (gradient,) = th.autograd.grad(got.sum(), x32)
+    th.testing.assert_close(got.double(), expected.detach(), rtol=2e-6, atol=1e-6)
+    th.testing.assert_close(gradient.double(), expected_gradient, rtol=2e-6, atol=1e-6)
+
+
+def test_compiled_networks_trace_gelu_tanh_as_a_sigmoid_on_cpu():
+    # What torch.compile traces: the sigmoid form (faster in inductor's CPU code), not F.gelu; eager keeps F.gelu.
+    graphs = []
+
+    def capture(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    th.manual_seed(0)
+    mlp, critic, x = MLP(4, [8, 8], 3), CriticEnsemble(4, 2, [8, 8], 2), th.randn(5, 4)
+    compiled_mlp, compiled_critic = th.compile(mlp, backend=capture), th.compile(critic, backend=capture)
+    th.testing.assert_close(compiled_mlp(x), mlp(x), rtol=1e-5, atol=1e-6)
+    th.testing.assert_close(compiled_critic(x, x[:, :2]), critic(x, x[:, :2]), rtol=1e-5, atol=1e-6)
+    assert len(graphs) == 2
+    for graph_module in graphs:
+        targets = [str(node.target) for node in graph_module.graph.nodes if node.op == "call_function"]
+        assert any("sigmoid" in target for target in targets), targets
+        assert not any("gelu" in target for target in targets), targets

@@ -15,15 +15,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from qc_sb3.common import fast_inference
-from qc_sb3.common.compiled_step import run_eagerly_on_cpu
+from qc_sb3.common.compiled_step import run_eagerly_on_cpu, traced_gelu_tanh
 from qc_sb3.common.fast_inference import LAYER_NORM_EPS, inference_path
 
 
+def gelu_tanh(x: th.Tensor) -> th.Tensor:
+    """
+    GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2): ``F.gelu(x,
+    approximate="tanh")``, which compiled code on CPU computes as
+    :func:`~qc_sb3.common.compiled_step.traced_gelu_tanh` (the same function, faster there).
+    """
+    if th.compiler.is_compiling() and x.device.type == "cpu":
+        return traced_gelu_tanh(x)
+    return F.gelu(x, approximate="tanh")
+
+
 class TanhGELU(nn.GELU):
-    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2)."""
+    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2), as :func:`gelu_tanh`."""
 
     def __init__(self) -> None:
         super().__init__(approximate="tanh")
+
+    def forward(self, input: th.Tensor) -> th.Tensor:
+        return gelu_tanh(input)
 
 
 def layer_norm(h: th.Tensor, scale: th.Tensor, offset: th.Tensor) -> th.Tensor:
@@ -97,7 +111,7 @@ class MLP(nn.Module):
             return fast_inference.in_place_mlp_from_first_layer(self, pre)
         h = pre
         for i, linear in enumerate(self.linears[1:]):
-            h = F.gelu(h, approximate="tanh")
+            h = gelu_tanh(h)
             if self.norms is not None:
                 h = layer_norm(h, self.norms[i].weight, self.norms[i].bias)
             h = th.addmm(linear.bias, h, linear.weight.T)
