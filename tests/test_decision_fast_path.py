@@ -7,6 +7,7 @@ cheaper ``set_training_mode`` keeps SB3's semantics. One compiled model per meth
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 
@@ -138,6 +139,38 @@ def test_failed_compile_decides_eagerly_with_the_error(monkeypatch):
         warnings.simplefilter("error")  # warned once, not at every decision
         model.policy.predict_chunk(observations[0])
     np.testing.assert_array_equal(actions, decisions(make_model(QCFQL, False), observations, False)[0])
+
+
+def test_an_error_of_the_decision_itself_is_raised_and_keeps_the_compiled_decision(monkeypatch):
+    def failing_compile(function, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("inductor could not lower this graph")
+
+        return compiled
+
+    monkeypatch.setattr(compiled_step.th, "compile", failing_compile)
+    model = make_model(QCFQL, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: compiling is not what failed
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # a wrong width reaches the networks
+            model.policy.compiled_decision(th.zeros(1, OBS_DIM + 1), False)
+    assert model.policy.compiled_decision._compiled is not None and model.policy.compiled_decision.fallback_reason is None
+
+
+@needs_compiler
+def test_a_copied_policy_decides_with_its_own_networks(model_pair):
+    eager, compiled = model_pair
+    observation = random_observations(n_envs=1)[0]
+    compiled.policy.predict_chunk(observation)  # the original's graph is compiled
+    copied = copy.deepcopy(compiled.policy)
+    changed = {name: value * 0.9 - 0.02 for name, value in copied.state_dict().items()}
+    copied.load_state_dict(changed)
+    eager.policy.load_state_dict(changed)
+    th.manual_seed(7)
+    expected = eager.policy.predict_chunk(observation)
+    th.manual_seed(7)
+    np.testing.assert_allclose(copied.predict_chunk(observation), expected, rtol=1e-5, atol=1e-5)
+    assert copied.compiled_decision is not compiled.policy.compiled_decision
 
 
 def test_eager_models_decide_without_a_compiled_graph():

@@ -20,6 +20,7 @@ recompiles once, then the graph is compiled for any batch size (``torch.compile`
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections.abc import Callable
@@ -57,6 +58,7 @@ class CompiledDecision:
 
     def __init__(self, decide: Decision, device: th.device, measure: bool = True):
         self.eager_decision = decide
+        self.device = th.device(device)
         self.measure = measure
         self.compile_seconds: float | None = None
         # Whether the compiled decision was the faster at the first call (None before it, or without ``measure``).
@@ -68,6 +70,11 @@ class CompiledDecision:
             self._compiled = th.compile(decide, options=options)
         else:
             self._warn_fallback()
+
+    def __deepcopy__(self, memo: dict) -> CompiledDecision:
+        # The compiled function runs the networks of the policy it was made from: a copy (of a copied policy, whose
+        # eager decision is the copy's) compiles its own at its first call.
+        return CompiledDecision(copy.deepcopy(self.eager_decision, memo), self.device, self.measure)
 
     @property
     def compiled(self) -> bool:
@@ -107,8 +114,9 @@ class CompiledDecision:
                 if not self.compiled:
                     return self.eager_decision(observation, deterministic)
             return self._run_compiled(observation, deterministic)
-        except Exception as error:  # any compiler failure falls back to eager, with its message
+        except Exception as error:  # a compiler failure falls back to eager, with its message
+            chunk = self.eager_decision(observation, deterministic)  # an error of the decision itself is raised here
             self._compiled = None
             self.fallback_reason = f"compiling it failed with {type(error).__name__}: {str(error).strip()[:500]}"
             self._warn_fallback()
-            return self.eager_decision(observation, deterministic)
+            return chunk

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch as th
+
+from qc_sb3.common.fast_inference import GELU_CUBIC, GELU_SCALE
 
 T = TypeVar("T")
 Losses = Callable[[T], dict[str, th.Tensor]]
@@ -41,10 +42,6 @@ Losses = Callable[[T], dict[str, th.Tensor]]
 # compile is one graph, and training processes usually have every core busy).
 INDUCTOR_OPTIONS = {"fallback_random": True, "compile_threads": 1}
 
-# GELU(tanh): 2 u = x (_GELU_SCALE + _GELU_CUBIC x^2), with u = sqrt(2 / pi) (x + 0.044715 x^3) (docs/algorithms.md §2)
-_GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
-_GELU_CUBIC = _GELU_SCALE * 0.044715
-
 # Whether compiled code traces the samplers that ``run_eagerly_on_cpu`` marks (True while a compiled decision,
 # qc_sb3.common.compiled_decision, runs): ``torch.compile`` guards on this value.
 _samplers_traced = False
@@ -52,7 +49,7 @@ _samplers_traced = False
 
 def compile_unavailable_reason(device: th.device) -> str | None:
     """
-    Why the gradient step cannot be compiled on ``device``, or None if it can.
+    Why ``torch.compile`` (of the gradient step, or of the decision) cannot run on ``device``, or None if it can.
 
     :param device: The device of the model
     :return: A sentence naming what is missing, or None
@@ -69,7 +66,7 @@ def compile_unavailable_reason(device: th.device) -> str | None:
         from torch.utils._triton import has_triton
 
         return None if has_triton() else "torch.compile on CUDA needs triton, which is not installed"
-    return f"torch.compile of the gradient step supports the cpu and cuda devices, got {device.type!r}"
+    return f"torch.compile here supports the cpu and cuda devices, got {device.type!r}"
 
 
 def traced_gelu_tanh(x: th.Tensor) -> th.Tensor:
@@ -81,7 +78,7 @@ def traced_gelu_tanh(x: th.Tensor) -> th.Tensor:
     :param x: Pre-activations
     :return: GELU(tanh) of ``x``
     """
-    return x * th.sigmoid(x * (_GELU_SCALE + _GELU_CUBIC * x * x))
+    return x * th.sigmoid(x * (GELU_SCALE + GELU_CUBIC * x * x))
 
 
 @contextlib.contextmanager

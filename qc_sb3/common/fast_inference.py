@@ -28,8 +28,8 @@ InferencePath = Literal["plain", "fused", "in_place"]
 
 LAYER_NORM_EPS = 1e-6
 # gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (GELU_SCALE + GELU_CUBIC x^2) (docs/algorithms.md §2)
-_GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
-_GELU_CUBIC = _GELU_SCALE * 0.044715
+GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
+GELU_CUBIC = GELU_SCALE * 0.044715
 _HAS_FUSED_LINEAR_GELU = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
 
 
@@ -71,7 +71,7 @@ def gelu_tanh_(x: th.Tensor, out: th.Tensor) -> th.Tensor:
     :param out: Destination of the same shape, not overlapping ``x``
     :return: ``out``
     """
-    th.addcmul(x.new_tensor(_GELU_SCALE), x, x, value=_GELU_CUBIC, out=out)
+    th.addcmul(x.new_tensor(GELU_SCALE), x, x, value=GELU_CUBIC, out=out)
     return out.mul_(x).sigmoid_().mul_(x)
 
 
