@@ -17,8 +17,8 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
 * where runs have a ``train_stats.csv``: ``training_stats.csv``, their training statistics at the end of each phase
   per implementation and method (:mod:`benchmarks.training_stats`), and their table in ``summary.md``.
 
-Runs are pooled only within a campaign: runs that share a protocol and a dataset (:mod:`benchmarks.campaigns`). A
-folder holding several campaigns gets one report each, in sub-folders, and one ``summary.md`` with a section each.
+Runs are pooled only within a campaign: runs that share a protocol and each suite's data (:mod:`benchmarks.campaigns`).
+A folder holding several campaigns gets one report each, in sub-folders, and one ``summary.md`` with a section each.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,7 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from benchmarks.campaigns import campaign_key, campaign_names, describe_campaign
+from benchmarks.campaigns import campaign_keys, campaign_names, describe_campaign
 from benchmarks.implementation_parity import (
     IMPLEMENTATION,
     curve_differences,
@@ -84,7 +85,8 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
         location = path.relative_to(results_dir).parts[:-4]  # <folders>/<task>/<method>/seed<k>/eval.csv
         frame = frame.assign(
             run_dir=str(path.parent),
-            campaign=campaign_key(config),
+            protocol_key=json.dumps(protocol, sort_keys=True),
+            dataset_key=json.dumps(config.get("dataset"), sort_keys=True),
             folder="/".join(location),
             task=config["task"],
             suite=config["suite"],
@@ -100,7 +102,8 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
         frames.append(frame)
     if not frames:
         return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True)
+    results = pd.concat(frames, ignore_index=True)
+    return results.assign(campaign=campaign_keys(results))
 
 
 def curve_statistics(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
@@ -266,21 +269,28 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     """
     results_dir = Path(results_dir)
     out = results_dir / "report" if out is None else Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and any(out.iterdir()) and not (out / "summary.md").exists():
+        raise FileExistsError(f"{out} is not empty and holds no report (no summary.md): refusing to replace it")
     results, title = load_results(results_dir, finished_only=finished_only), f"# Results: {results_dir}\n\n"
-    if results.empty:
-        (out / "summary.md").write_text("No evaluations found.\n", encoding="utf-8")
-        return out
-    names = campaign_names(results)
-    if len(names) == 1:
-        text = title + _write_campaign(results, out, seed)
-    else:
-        text = title + f"These runs follow {len(names)} protocols, never pooled: each has its own report and section.\n"
-        for key, name in sorted(names.items(), key=lambda item: item[1]):
-            body = _write_campaign(results[results["campaign"] == key], out / name, seed)
-            demoted = "\n".join("#" + line if line.startswith("#") else line for line in body.splitlines())
-            text += f"\n## {name}\n\n{describe_campaign(key)}. Files: `{name}/`.\n\n{demoted}\n"
-    (out / "summary.md").write_text(text, encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written whole into a staging folder, then swapped in: no file of an earlier report is left beside the new one.
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as staging:
+        staged = Path(staging) / "report"
+        staged.mkdir()
+        if results.empty:
+            text = "No evaluations found.\n"
+        elif len(names := campaign_names(results)) == 1:
+            text = title + _write_campaign(results, staged, seed)
+        else:
+            text = title + f"These runs follow {len(names)} protocols, never pooled: each has its own report and section.\n"
+            for key, name in sorted(names.items(), key=lambda item: item[1]):
+                body = _write_campaign(results[results["campaign"] == key], staged / name, seed)
+                demoted = "\n".join("#" + line if line.startswith("#") else line for line in body.splitlines())
+                text += f"\n## {name}\n\n{describe_campaign(key)}. Files: `{name}/`.\n\n{demoted}\n"
+        (staged / "summary.md").write_text(text, encoding="utf-8")
+        if out.exists():
+            out.rename(Path(staging) / "replaced")
+        staged.rename(out)
     return out
 
 

@@ -37,6 +37,7 @@ import importlib
 import json
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -231,7 +232,10 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
         for logger in loggers.values():
             logger.close()
         env.close()
-    export_run(run_dir)  # train_stats.csv: the training statistics, small enough to commit
+    try:
+        export_run(run_dir)  # train_stats.csv: the training statistics, small enough to commit
+    except Exception as error:  # derived from the logs, and rebuilt by `python -m benchmarks.training_stats`: not fatal
+        warnings.warn(f"{run.name}: train_stats.csv not written ({type(error).__name__}: {error})", stacklevel=2)
     summary = {"run": run.name, "status": "done", **final_successes(run_dir), "wall_time": state.wall_time}
     write_json(run_dir / DONE_FILE, {"finished": _now(), **summary})
     progress.finish("done")

@@ -220,3 +220,42 @@ def test_protocols_without_a_folder_of_their_own_are_numbered(results_dir):
     assert folders == ["protocol-0", "protocol-1"]
     sizes = sorted(len(pd.read_csv(out / folder / "curves.csv")) for folder in folders)
     assert sizes == [4, 3 * 4 + 2]  # the pilot's 4 evaluations; the fixture's three QC curves of 4 and RLPD's of 2
+
+
+def test_a_campaign_is_a_protocol_with_one_dataset_per_suite():
+    from benchmarks.campaigns import campaign_keys
+
+    protocol, other_protocol = json.dumps({"offline_steps": 200}), json.dumps({"offline_steps": 400})
+    ogbench_60, ogbench_100, robomimic = (json.dumps({"episodes": n}) for n in (60, 100, 200))
+    runs = pd.DataFrame(
+        [
+            (protocol, "ogbench", ogbench_60),
+            (protocol, "ogbench", ogbench_60),
+            (protocol, "robomimic", robomimic),  # another suite's data: the same campaign (one config, two suites)
+            (other_protocol, "ogbench", ogbench_60),  # another protocol
+            (other_protocol, "ogbench", ogbench_100),  # the same suite with other data: apart
+        ],
+        columns=["protocol_key", "suite", "dataset_key"],
+    )
+    keys = campaign_keys(runs).tolist()
+    assert keys[0] == keys[1] == keys[2] and len(set(keys)) == 3
+    datasets = {"ogbench": {"episodes": 60}, "robomimic": {"episodes": 200}}
+    assert json.loads(keys[0]) == {"protocol": {"offline_steps": 200}, "datasets": datasets}
+    assert json.loads(keys[4])["datasets"] == {"ogbench": {"episodes": 100}}
+
+
+def test_a_new_report_replaces_the_old_one_whole(results_dir, tmp_path):
+    out = tmp_path / "report"
+    write_report(results_dir, out)
+    assert (out / "curves.csv").exists()
+    write_pilot_run(results_dir / "pilot", [0.0, 0.0, 0.0, 1.0])  # now two protocols: sub-folders
+    write_report(results_dir, out)
+    assert not (out / "curves.csv").exists() and not list(out.glob("*.png"))  # no file of the first report is left
+    names = {path.name for path in out.iterdir()}
+    assert names - {"pilot", "summary.md"} == {"protocol-0"}  # the fixture's runs sit in no folder of their own
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []  # no staging folder left
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no report"):
+        write_report(results_dir, tmp_path / "notes")
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
