@@ -11,7 +11,9 @@ their ``config.json``). Two tests per task and method, both over seeds (each run
   and the bootstrap interval of the difference of those means.
 
 The implementations agree on a task and method when the curve's interval and every Bonferroni interval contain 0; with
-fewer than two runs on a side there is no spread over seeds to test against, and no verdict.
+fewer than three runs on a side there is no verdict. (With two runs a side, an evaluation's bootstrap distribution
+holds four pairings of runs; for exchangeable seeds all four fall on one side of 0 with probability 1/3, so twelve
+evaluations would show four "apart" by chance.)
 With three seeds per side the intervals are wide: agreement rules out large differences only, which the table shows.
 """
 
@@ -31,8 +33,8 @@ from benchmarks.stats import CONFIDENCE, bootstrap_difference_ci
 # The ``implementation`` of runs whose config.json names none (this library's), and the reference's.
 IMPLEMENTATION = "qc_sb3"
 REFERENCE = "reference"
-# Seeds each implementation needs before a verdict is given.
-MIN_SEEDS = 2
+# Seeds each implementation needs before a verdict is given (the module's docstring says why not two).
+MIN_SEEDS = 3
 
 
 def paired_results(results: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +123,7 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
                 "ci95_low": low,
                 "ci95_high": high,
                 "evaluations_apart": apart,
-                # With one run on a side the intervals hold no spread over seeds: no test, no verdict.
+                # Below MIN_SEEDS runs a side the intervals are too narrow to test with: no verdict.
                 "agree": bool(low <= 0 <= high and apart == 0) if enough else None,
             }
         )

@@ -338,8 +338,8 @@ def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed
         "The same task, method, settings and data run by both (benchmarks.reference_runs). Per run, the mean success "
         "over its evaluations; the difference of the implementations' means over seeds (qc_sb3 minus reference) with "
         "a 95% bootstrap interval; the evaluations whose Bonferroni-level interval excludes 0 "
-        "(parity_evaluations.csv). They agree when the interval contains 0 and no evaluation is apart; with one run on a "
-        "side there is no spread over seeds, and no verdict.\n\n" + parity_markdown(verdicts)
+        "(parity_evaluations.csv). They agree when the interval contains 0 and no evaluation is apart; below three runs a "
+        "side there is no verdict (docs/evidence.md §4).\n\n" + parity_markdown(verdicts)
     )
 
 

@@ -189,12 +189,13 @@ def test_finished_only_reads_the_runs_that_have_finished(tmp_path):
     assert load_results(tmp_path, finished_only=True)["seed"].unique().tolist() == [1]
 
 
-def test_no_verdict_with_one_run_on_a_side(tmp_path):
-    _write_run(tmp_path, TASK, "QC", 0, [0.1, 0.2, 0.3, 0.4], None)
+def test_no_verdict_below_three_runs_on_a_side(tmp_path):
     for seed in range(2):
+        _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.2, 0.3, 0.4], None)
+    for seed in range(3):
         _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.2, 0.3, 0.4], "reference")
     out = write_report(tmp_path)
     verdict = pd.read_csv(out / "parity.csv").iloc[0]
     assert verdict["difference"] == pytest.approx(0.0) and pd.isna(verdict["agree"])
     assert pd.isna(verdict["evaluations_apart"])
-    assert "| 4 | 0.250 | 0.250 | +0.000 [+0.000, +0.000] | - | n/a (< 2 seeds a side) |" in (out / "summary.md").read_text()
+    assert "| 4 | 0.250 | 0.250 | +0.000 [+0.000, +0.000] | - | n/a (< 3 seeds a side) |" in (out / "summary.md").read_text()
