@@ -17,15 +17,8 @@ from torch import nn
 from benchmarks.config import load_config
 from benchmarks.datasets import prepare_datasets
 from benchmarks.planning import plan_runs
-from benchmarks.policy_probe import (
-    ProbeError,
-    best_of_n_decision,
-    load_model,
-    main,
-    probe_run,
-    run_from_folder,
-    score_statistics,
-)
+from benchmarks.policy_probe import best_of_n_decision, main, probe_run, score_statistics
+from benchmarks.run_snapshot import ProbeError, load_model, run_from_folder
 from benchmarks.runs import execute_run
 from qc_sb3.common.networks import best_of_n_actions
 

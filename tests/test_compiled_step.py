@@ -155,7 +155,7 @@ def test_failed_compile_falls_back_to_eager_with_the_error(monkeypatch):
 
 def test_unsupported_device_is_named():
     assert compile_unavailable_reason(th.device("meta")) == (
-        "torch.compile of the gradient step supports the cpu and cuda devices, got 'meta'"
+        "torch.compile here supports the cpu and cuda devices, got 'meta'"
     )
 
 
