@@ -135,7 +135,10 @@ def test_no_cpp_compiler_falls_back_to_eager_with_the_reason():
     assert run_steps(model, 3) == run_steps(reference, 3)
 
 
-def test_failed_compile_falls_back_to_eager_with_the_error(monkeypatch):
+@pytest.fixture
+def failing_compiler(monkeypatch):
+    """torch.compile gives functions that fail as a compiler error would, at their first call."""
+
     def failing_compile(function, **kwargs):
         def compiled(*args):
             raise RuntimeError("inductor could not lower this graph")
@@ -143,6 +146,9 @@ def test_failed_compile_falls_back_to_eager_with_the_error(monkeypatch):
         return compiled
 
     monkeypatch.setattr(compiled_step.th, "compile", failing_compile)
+
+
+def test_failed_compile_falls_back_to_eager_with_the_error(failing_compiler):
     model = make_model(QCFQL, True)
     with pytest.warns(UserWarning, match="runs eagerly, because compiling it failed with RuntimeError: inductor could not"):
         losses = run_steps(model, 3)

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 import torch as th
-from test_compiled_step import OBS_DIM, make_model, needs_compiler
+from test_compiled_step import OBS_DIM, failing_compiler, make_model, needs_compiler  # noqa: F401 (failing_compiler: a fixture used by name)
 from torch._inductor import config as inductor_config
 
 from qc_sb3 import QC, QCFQL
@@ -122,14 +122,8 @@ def test_no_cpp_compiler_decides_eagerly_with_the_reason():
     np.testing.assert_array_equal(decisions(model, observations, False)[0], expected)
 
 
-def test_failed_compile_decides_eagerly_with_the_error(monkeypatch):
-    def failing_compile(function, **kwargs):
-        def compiled(*args):
-            raise RuntimeError("inductor could not lower this graph")
-
-        return compiled
-
-    monkeypatch.setattr(compiled_step.th, "compile", failing_compile)
+@pytest.mark.usefixtures("failing_compiler")
+def test_failed_compile_decides_eagerly_with_the_error():
     model = make_model(QCFQL, True)
     observations = random_observations(n_envs=2)[:10]
     with pytest.warns(UserWarning, match="decides eagerly, because compiling it failed with RuntimeError: inductor could"):
@@ -141,14 +135,8 @@ def test_failed_compile_decides_eagerly_with_the_error(monkeypatch):
     np.testing.assert_array_equal(actions, decisions(make_model(QCFQL, False), observations, False)[0])
 
 
-def test_an_error_of_the_decision_itself_is_raised_and_keeps_the_compiled_decision(monkeypatch):
-    def failing_compile(function, **kwargs):
-        def compiled(*args):
-            raise RuntimeError("inductor could not lower this graph")
-
-        return compiled
-
-    monkeypatch.setattr(compiled_step.th, "compile", failing_compile)
+@pytest.mark.usefixtures("failing_compiler")
+def test_an_error_of_the_decision_itself_is_raised_and_keeps_the_compiled_decision():
     model = make_model(QCFQL, True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning: compiling is not what failed
