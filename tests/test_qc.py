@@ -602,3 +602,68 @@ def test_non_finite_reset_observation_is_refused_before_the_first_step():
     with pytest.raises(ValueError, match=r"env 0 returned a reset observation holding NaN or inf .* at env step 1"):
         model.learn(total_timesteps=5)
     assert model.replay_buffer.pos == 0
+
+
+def spy_on_train_reads(model) -> tuple[list[float], list[tuple[int, float]]]:
+    """Record each update's critic loss (read at once, here) and each read of the online losses into the logger."""
+    critic_losses: list[float] = []
+    reads: list[tuple[int, float]] = []
+    gradient_step, record = model._gradient_step, model._record_checked_means
+
+    def gradient_step_spy(batch_size):
+        losses = gradient_step(batch_size)
+        critic_losses.append(float(losses["critic_loss"]))
+        return losses
+
+    def record_spy(prefix, step_losses):
+        record(prefix, step_losses)
+        if prefix == "train":
+            reads.append((model._n_updates, model.logger.name_to_value["train/critic_loss"]))
+
+    model._gradient_step, model._record_checked_means = gradient_step_spy, record_spy
+    return critic_losses, reads
+
+
+def test_losses_left_on_an_accelerator_are_read_at_log_dumps_averaged_over_every_update():
+    # On an accelerator train() does not read its losses (a host synchronisation per env step): set as it is there.
+    model = make_model(QC, learning_starts=5)
+    model._read_losses_every_train = False
+    critic_losses, reads = spy_on_train_reads(model)
+    model.learn(total_timesteps=3 * EPISODE_LENGTH + 4, log_interval=1)
+    # Updates 1..N, one per env step after learning_starts; N = 3 * EPISODE_LENGTH + 4 - 5.
+    assert model._n_updates == len(critic_losses) == 3 * EPISODE_LENGTH - 1
+    # One read per episode end (log_interval=1 dumps there) and one before learn() returns, not one per update. SB3
+    # dumps inside collect_rollouts, before the update of the episode's last env step: at env step 12, the updates
+    # of env steps 6..11 (6 updates) have run.
+    episode_ends = [k * EPISODE_LENGTH - 6 for k in (1, 2, 3)]
+    assert [n_updates for n_updates, _ in reads] == [*episode_ends, 3 * EPISODE_LENGTH - 1]
+    previous = 0
+    for n_updates, logged_mean in reads:
+        assert logged_mean == pytest.approx(np.mean(critic_losses[previous:n_updates]), rel=1e-5)
+        previous = n_updates
+
+
+def test_losses_are_read_after_every_train_call_on_the_cpu():
+    model = make_model(QC, learning_starts=5)
+    assert model._read_losses_every_train, "on the CPU a read costs nothing: SB3's behaviour, a record per train()"
+    critic_losses, reads = spy_on_train_reads(model)
+    model.learn(total_timesteps=12)
+    assert [n_updates for n_updates, _ in reads] == list(range(1, 8))
+    assert [logged for _, logged in reads] == pytest.approx(critic_losses, rel=1e-6)
+
+
+def test_a_nan_loss_left_on_an_accelerator_stops_learn_before_it_returns():
+    model = make_model(QC, learning_starts=5)
+    model._read_losses_every_train = False
+    losses = model._losses
+    calls = iter(range(1, 10**6))
+
+    def nan_from_update_4(batch):
+        result = losses(batch)
+        if next(calls) >= 4:
+            result["critic_loss"] = result["critic_loss"] * np.nan
+        return result
+
+    model._losses = nan_from_update_4
+    with pytest.raises(RuntimeError, match=r"critic_loss.* became NaN or inf at update 4 \(n_updates\)"):
+        model.learn(total_timesteps=10)

@@ -211,6 +211,10 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         # Whether the update must also copy normalisation statistics into the targets (a BatchNorm extractor).
         self._has_running_statistics = bool(self.policy.target_running_statistics()[0])
         self._step_losses = CompiledLosses(self._losses, self.device) if self.compile_step else None
+        # The online updates' losses, on the device, not yet read into the logger, and whether train() reads them at
+        # once (see train()).
+        self._unread_losses: list[dict[str, th.Tensor]] = []
+        self._read_losses_every_train = self.device.type == "cpu"
         if self.compile_step:
             self.policy.compile_decision()
         if offline_data is not None:
@@ -246,7 +250,14 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         )
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = ["offline_dataset", "_action_queue", "_has_running_statistics", "_step_losses"]
+        excluded = [
+            "offline_dataset",
+            "_action_queue",
+            "_has_running_statistics",
+            "_step_losses",
+            "_unread_losses",
+            "_read_losses_every_train",
+        ]
         return [*super()._excluded_save_params(), *excluded]
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
@@ -278,10 +289,27 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         policy = self.policy
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizers)
-        step_losses = [self._gradient_step(batch_size) for _ in range(gradient_steps)]
+        self._unread_losses.extend(self._gradient_step(batch_size) for _ in range(gradient_steps))
         self._n_updates += gradient_steps
+        # Reading the losses is a host synchronisation: on an accelerator it waits for the update to finish, which
+        # could otherwise overlap the next env steps. There they are read once per log dump (dump_logs), averaged
+        # over the updates since the previous one; on the CPU, where a read costs nothing, after every call, as SB3
+        # records its losses.
+        if self._read_losses_every_train:
+            self._read_train_losses()
+
+    def _read_train_losses(self) -> None:
+        """Record ``train/<name>``, averaged over the online updates not yet read, and check them (if any)."""
+        if not self._unread_losses:
+            return
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        step_losses, self._unread_losses = self._unread_losses, []
         self._record_checked_means("train", step_losses)
+
+    def dump_logs(self) -> None:
+        """Write the online log data, as SB3 does, with the losses of the updates since the last dump."""
+        self._read_train_losses()
+        super().dump_logs()
 
     def _gradient_step(self, batch_size: int) -> dict[str, th.Tensor]:
         """

@@ -22,17 +22,18 @@ def check_training_finite(
     last_update: int,
 ) -> None:
     """
-    Stop training with an error when a loss or the parameters became NaN or inf during one ``train()`` call.
+    Stop training with an error when a loss or the parameters became NaN or inf in the updates read since the last
+    check (one ``train()`` call on the CPU; on an accelerator, those since the last log dump).
 
-    The check runs once per call, on the values already read from the device, so the optimizer steps of that call
-    have run: the model's parameters may then be NaN, and the error says not to save them.
+    The check runs on the values already read from the device, so the optimizer steps of those updates have run:
+    the model's parameters may then be NaN, and the error says not to save them.
 
     :param names: The losses' names
-    :param means: Their means over the call
-    :param first_non_finite_update: The first update (``n_updates``) of the call whose losses are not all finite
-    :param parameters_norm: The norm of all the policy's parameters after the call
-    :param first_update: The call's first update (``n_updates``)
-    :param last_update: The call's last update (``n_updates``)
+    :param means: Their means over the updates checked
+    :param first_non_finite_update: The first update (``n_updates``) checked whose losses are not all finite
+    :param parameters_norm: The norm of all the policy's parameters after the updates checked
+    :param first_update: The first update checked (``n_updates``)
+    :param last_update: The last update checked (``n_updates``)
     """
     non_finite_losses = [name for name, mean in zip(names, means, strict=True) if not np.isfinite(mean)]
     if non_finite_losses:

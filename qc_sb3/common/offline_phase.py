@@ -34,7 +34,8 @@ class OfflinePhaseMixin(OffPolicyAlgorithm):
     buffer with it (one shard at a time for ``OfflineShards``), fitting a ``VecNormalize`` on it, the offline
     gradient steps (:meth:`pretrain`), and :meth:`learn`, which runs what remains of them before SB3's online loop.
 
-    It uses the algorithm's ``_gradient_step`` and ``_record_checked_means``, shared with the online ``train()``.
+    It uses the algorithm's ``_gradient_step`` and ``_record_checked_means``, shared with the online ``train()``, and
+    its ``_read_train_losses`` (the online losses not yet read) before ``learn()`` returns.
     """
 
     policy: ActorCriticChunkPolicy
@@ -326,6 +327,8 @@ class OfflinePhaseMixin(OffPolicyAlgorithm):
                 gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else rollout.episode_timesteps
                 if gradient_steps > 0:
                     self.train(batch_size=self.batch_size, gradient_steps=gradient_steps)
+        # Losses not yet read (an accelerator reads them at log dumps): checked before learn() returns.
+        self._read_train_losses()
         callback.on_training_end()
         return self
 
