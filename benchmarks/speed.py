@@ -41,6 +41,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.logger import configure
 
+from benchmarks.step_flops import step_matmul_flops
 from qc_sb3 import QC, QCFQL
 
 CONFIGS = {
@@ -76,7 +77,7 @@ def random_dataset(n_steps: int = 20_000, episode_length: int = 500) -> dict[str
     }
 
 
-def reference_figures(python: str, harness: str, root: str, config: dict, method: str) -> tuple[float, float]:
+def reference_figures(python: str, harness: str, root: str, config: dict, method: str) -> tuple[float, float, float]:
     """
     Time the reference agent of one configuration in a subprocess of its own environment.
 
@@ -85,7 +86,8 @@ def reference_figures(python: str, harness: str, root: str, config: dict, method
     :param root: The reference's code
     :param config: One of :data:`CONFIGS`
     :param method: "QC" (best-of-N) or "QCFQL" (distill-DDPG)
-    :return: Gradient steps per second (median) and the decision latency in ms (median)
+    :return: Gradient steps per second (median), the decision latency in ms (median), and the harness's analytic
+        matmul GFLOP per update
     """
     actor = ["--actor_type", "best-of-n", "--num_samples", str(config["actor_num_samples"])]
     command = [
@@ -98,7 +100,7 @@ def reference_figures(python: str, harness: str, root: str, config: dict, method
     records = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("RESULT ")]
     update = next(r for r in records if r["kind"] == "update")
     sample = next(r for r in records if r["kind"] == "sample_actions")
-    return update["steps_per_s"]["headline"], sample["latency_ms"]["median"]
+    return update["steps_per_s"]["headline"], sample["latency_ms"]["median"], update["analytic_gflop_per_update"]
 
 
 def machine_name() -> str:
@@ -156,6 +158,32 @@ def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]
         model = QCFQL("MlpPolicy", ConstantEnv(), offline_dataset=dataset, **kwargs)
     model.set_logger(configure(None, []))
     return model
+
+
+def print_roof(
+    models: dict[tuple[str, str], object],
+    times: dict[str, list[float]],
+    matmul_flops: float,
+    reference: dict[tuple[str, str], tuple[float, float, float]],
+) -> None:
+    """
+    Each eager step's achieved matmul GFLOP/s (:func:`benchmarks.step_flops.step_matmul_flops` times its steps/s)
+    against the plain matmul's in the same rounds, and the reference's (its harness's analytic count times its
+    steps/s) where it was timed: how far each is from the machine's matmul roof.
+    """
+    matmul_rate = matmul_flops / statistics.median(times["matmul"]) / 1e9
+    print(f"matmul work per step (counted; reference: its harness's analytic count), of the plain matmul's {matmul_rate:.0f}:")
+    header = f"{'config':8s} {'method':6s} {'GFLOP/step':>11s} {'GFLOP/s':>8s} {'of matmul':>10s}"
+    print(f"{header} {'reference':>10s} {'of matmul':>10s}")
+    for (config_name, method), model in models.items():
+        gflop = step_matmul_flops(model) / 1e9  # type: ignore[arg-type]
+        achieved = gflop / statistics.median(times[f"{config_name} {method} step"])
+        figures = f"{config_name:8s} {method:6s} {gflop:11.2f} {achieved:8.1f} {achieved / matmul_rate:9.0%}"
+        if (config_name, method) in reference:
+            reference_steps, _, reference_gflop = reference[config_name, method]
+            reference_achieved = reference_gflop * reference_steps
+            figures += f" {reference_achieved:10.1f} {reference_achieved / matmul_rate:9.0%}"
+        print(figures)
 
 
 def main() -> None:
@@ -216,7 +244,7 @@ def main() -> None:
     for config_name, method in models:
         step_times, decision_times = times[f"{config_name} {method} step"], times[f"{config_name} {method} decision"]
         steps_per_second, decision_ms = 1 / statistics.median(step_times), 1000 * statistics.median(decision_times)
-        reference_steps, reference_ms = reference.get((config_name, method), (None, None))
+        reference_steps, reference_ms, _ = reference.get((config_name, method), (None, None, None))
         step_figures = (
             f"{reference_steps:10.2f} {steps_per_second / reference_steps:6.2f}x"
             if reference_steps
@@ -230,6 +258,8 @@ def main() -> None:
             f"{config_name:8s} {method:6s} {steps_per_second:10.2f} ({1 / min(step_times):8.2f}) {step_figures} "
             f"{decision_ms:12.2f} {decision_figures}"
         )
+
+    print_roof(models, times, matmul_flops, reference)
 
     if compiled_models:
         print("compile_step=True, in the same rounds (ratios: compiled over eager steps/s, eager over compiled ms):")
