@@ -2,19 +2,20 @@
 (docs/evidence.md §2, §4).
 
 The runs of another implementation are those of :mod:`benchmarks.reference_runs` (``implementation: reference`` in
-their ``config.json``). Two tests per task and method, both over seeds (each run is one sample):
+their ``config.json``). Two tests of equal means per task and method, both over seeds (each run is one sample), both
+exact permutation tests (:func:`benchmarks.stats.permutation_test`):
 
-* per evaluation: the difference of the mean success rates (qc_sb3 minus reference) with a percentile bootstrap
-  interval that resamples each implementation's seeds independently, at 95% and at the Bonferroni level
-  1 - 0.05 / (number of evaluations), so that the curve as a whole is tested at 5%;
-* over the curve: each run's mean success over its evaluations (the area under its curve, divided by its length),
-  and the bootstrap interval of the difference of those means.
+* per evaluation: the success rates of the two implementations' runs at that step, at the Bonferroni level
+  0.05 / (number of evaluations), so that the curve as a whole is tested at 5%;
+* over the curve: each run's mean success over its evaluations (the area under its curve, divided by its length), at
+  5%.
 
-The implementations agree on a task and method when the curve's interval and every Bonferroni interval contain 0; with
-fewer than three runs on a side there is no verdict. (With two runs a side, an evaluation's bootstrap distribution
-holds four pairings of runs; for exchangeable seeds all four fall on one side of 0 with probability 1/3, so twelve
-evaluations would show four "apart" by chance.)
-With three seeds per side the intervals are wide: agreement rules out large differences only, which the table shows.
+Beside each test, the difference of the means (qc_sb3 minus reference) and its 95% percentile bootstrap interval,
+which say how large a difference is, not whether it is one. The implementations agree on a task and method when
+neither test rejects. No verdict is given when the tests could not reject whatever the runs (too few seeds: the
+smallest p-value of a permutation test with three runs a side is 0.1; twelve evaluations at the Bonferroni level need
+six a side). A percentile bootstrap is no test here: with three runs a side its 99.6% interval excludes 0 whenever the
+runs of one side all lie above the other's, which exchangeable seeds do at one evaluation with probability 1/10.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from benchmarks.stats import CONFIDENCE, bootstrap_difference_ci
+from benchmarks.stats import CONFIDENCE, bootstrap_difference_ci, permutation_test, smallest_permutation_p_value
 
 # The ``implementation`` of runs whose config.json names none (this library's), and the reference's.
 IMPLEMENTATION = "qc_sb3"
 REFERENCE = "reference"
-# Seeds each implementation needs before a verdict is given (the module's docstring says why not two).
-MIN_SEEDS = 3
+# The level of each task and method's family of tests (the curve's, and the evaluations' together).
+LEVEL = 1 - CONFIDENCE
 
 
 def paired_results(results: pd.DataFrame) -> pd.DataFrame:
@@ -55,21 +56,21 @@ def paired_results(results: pd.DataFrame) -> pd.DataFrame:
 
 def per_evaluation_differences(paired: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """
-    qc_sb3's mean success minus the reference's at each evaluation, with bootstrap intervals over seeds.
+    qc_sb3's mean success minus the reference's at each evaluation: its bootstrap interval over seeds and the
+    permutation test of equal means at the Bonferroni level.
 
     :param paired: :func:`paired_results` rows
-    :param seed: Seed of the bootstrap
+    :param seed: Seed of the bootstrap (and of the permutation test where it samples)
     :return: Columns task, method, step, phase, seeds_ours, seeds_reference, ours, reference, difference, ci95_low,
-        ci95_high, bonferroni_level, bonferroni_low, bonferroni_high
+        ci95_high, p_value, bonferroni_level, apart (p_value below the level)
     """
     rows = []
     for (task, method), group in paired.groupby(["task", "base_method"], sort=True):
-        n_evaluations = group["step"].nunique()
-        level = 1 - (1 - CONFIDENCE) / n_evaluations
+        level = LEVEL / group["step"].nunique()
         for step, at_step in group.groupby("step", sort=True):
             ours, theirs = _split(at_step, "success")
             difference, low, high = bootstrap_difference_ci(ours, theirs, seed=seed)
-            _, wide_low, wide_high = bootstrap_difference_ci(ours, theirs, confidence=level, seed=seed)
+            p_value = permutation_test(ours, theirs, seed=seed)
             rows.append(
                 {
                     "task": task,
@@ -83,9 +84,9 @@ def per_evaluation_differences(paired: pd.DataFrame, seed: int = 0) -> pd.DataFr
                     "difference": difference,
                     "ci95_low": low,
                     "ci95_high": high,
+                    "p_value": p_value,
                     "bonferroni_level": level,
-                    "bonferroni_low": wide_low,
-                    "bonferroni_high": wide_high,
+                    "apart": p_value < level,
                 }
             )
     return pd.DataFrame(rows)
@@ -94,22 +95,26 @@ def per_evaluation_differences(paired: pd.DataFrame, seed: int = 0) -> pd.DataFr
 def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """
     Per task and method: each run's mean success over the evaluations, the difference of their means between the
-    implementations with its bootstrap interval, and the verdict.
+    implementations with its bootstrap interval and permutation test, and the verdict.
 
     :param paired: :func:`paired_results` rows
     :param evaluations: :func:`per_evaluation_differences` of the same rows
-    :param seed: Seed of the bootstrap
+    :param seed: Seed of the bootstrap (and of the permutation test where it samples)
     :return: Columns task, method, evaluations, seeds_ours, seeds_reference, ours, reference, difference, ci95_low,
-        ci95_high, evaluations_apart (Bonferroni intervals without 0), agree (both None below two runs a side)
+        ci95_high, p_value, smallest_p_value (of a test with these seeds), evaluations_apart, agree (both None where the
+        tests could not reject)
     """
     rows = []
     for (task, method), group in paired.groupby(["task", "base_method"], sort=True):
         per_run = group.groupby(["implementation", "seed"], as_index=False)["success"].mean()
         ours, theirs = _split(per_run, "success")
         difference, low, high = bootstrap_difference_ci(ours, theirs, seed=seed)
+        p_value = permutation_test(ours, theirs, seed=seed)
         steps = evaluations[(evaluations["task"] == task) & (evaluations["method"] == method)]
-        enough = min(len(ours), len(theirs)) >= MIN_SEEDS
-        apart = int(((steps["bonferroni_low"] > 0) | (steps["bonferroni_high"] < 0)).sum()) if enough else None
+        smallest = smallest_permutation_p_value(len(ours), len(theirs))
+        # A verdict only where every test could reject: the evaluations' Bonferroni level is the strictest.
+        testable = smallest < LEVEL / max(len(steps), 1)
+        apart = int(steps["apart"].sum()) if testable else None
         rows.append(
             {
                 "task": task,
@@ -122,9 +127,10 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
                 "difference": difference,
                 "ci95_low": low,
                 "ci95_high": high,
+                "p_value": p_value,
+                "smallest_p_value": smallest,
                 "evaluations_apart": apart,
-                # Below MIN_SEEDS runs a side the intervals are too narrow to test with: no verdict.
-                "agree": bool(low <= 0 <= high and apart == 0) if enough else None,
+                "agree": bool(p_value >= LEVEL and apart == 0) if testable else None,
             }
         )
     return pd.DataFrame(rows)
@@ -146,22 +152,23 @@ def parity_markdown(curves: pd.DataFrame) -> str:
     """
     lines = [
         "| task | method | seeds (qc_sb3 / reference) | evaluations | mean success over the curve: qc_sb3 | reference "
-        "| difference [95% CI] | evaluations apart (Bonferroni) | agree |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| difference [95% CI] | p (permutation) | evaluations apart (Bonferroni) | agree |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in curves.itertuples():
         lines.append(
             f"| {row.task} | {row.method} | {row.seeds_ours} / {row.seeds_reference} | {row.evaluations} | "
             f"{row.ours:.3f} | {row.reference:.3f} | {row.difference:+.3f} [{row.ci95_low:+.3f}, {row.ci95_high:+.3f}] | "
-            f"{'-' if pd.isna(row.evaluations_apart) else int(row.evaluations_apart)} | {_verdict(row.agree)} |"
+            f"{row.p_value:.3g} | {'-' if pd.isna(row.evaluations_apart) else int(row.evaluations_apart)} | "
+            f"{_verdict(row)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def _verdict(agree: bool | None) -> str:
-    if agree is None or pd.isna(agree):
-        return f"n/a (< {MIN_SEEDS} seeds a side)"
-    return "yes" if agree else "no"
+def _verdict(row) -> str:
+    if row.agree is None or pd.isna(row.agree):
+        return f"n/a (smallest attainable p {row.smallest_p_value:.2g}: too few seeds to test)"
+    return "yes" if row.agree else "no"
 
 
 def plot_parity(task: str, curves: pd.DataFrame, path: Path) -> None:

@@ -337,9 +337,10 @@ def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed
         "\n## qc_sb3 and the reference implementation\n\n"
         "The same task, method, settings and data run by both (benchmarks.reference_runs). Per run, the mean success "
         "over its evaluations; the difference of the implementations' means over seeds (qc_sb3 minus reference) with "
-        "a 95% bootstrap interval; the evaluations whose Bonferroni-level interval excludes 0 "
-        "(parity_evaluations.csv). They agree when the interval contains 0 and no evaluation is apart; below three runs a "
-        "side there is no verdict (docs/evidence.md §4).\n\n" + parity_markdown(verdicts)
+        "a 95% bootstrap interval and the p-value of a permutation test of equal means; the evaluations whose own "
+        "permutation test rejects at the Bonferroni level 0.05 / evaluations (parity_evaluations.csv). They agree when "
+        "the curve's p-value is at least 0.05 and no evaluation is apart; where too few seeds make the tests unable to "
+        "reject, there is no verdict (docs/evidence.md §4).\n\n" + parity_markdown(verdicts)
     )
 
 

@@ -1,4 +1,5 @@
-"""Bootstrap confidence intervals of mean success rates (percentile bootstrap, seeded; docs/evidence.md §4).
+"""Bootstrap confidence intervals of mean success rates (percentile bootstrap, seeded) and the permutation test of two
+groups' means (docs/evidence.md §4).
 
 The stratified bootstrap is rliable's (Agarwal et al. 2021), as the paper reports its aggregates: the tasks are
 fixed strata, each task's runs (seeds) are resampled with replacement, and the statistic is the mean over tasks of
@@ -7,6 +8,8 @@ each task's mean.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -87,3 +90,68 @@ def bootstrap_difference_ci(
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(means[0] - means[1], [tail, 100 - tail])
     return float(arrays[0].mean() - arrays[1].mean()), float(low), float(high)
+
+
+# Above this many splits of the pooled runs, the permutation test samples splits instead of enumerating them all.
+MAX_EXACT_SPLITS = 200_000
+
+
+def permutation_test(
+    first: Sequence[float],
+    second: Sequence[float],
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    max_exact: int = MAX_EXACT_SPLITS,
+) -> float:
+    """
+    Two-sided permutation test of equal means (docs/evidence.md §4): under the null hypothesis the runs of both groups
+    are exchangeable, so every split of the pooled values into groups of the two sizes is equally likely. The p-value
+    is the fraction of splits whose ``|mean(first*) - mean(second*)|`` is at least the observed one: every split is
+    enumerated when there are at most ``max_exact``; otherwise ``n_resamples`` random splits are drawn and the p-value
+    is ``(1 + count) / (1 + n_resamples)``.
+
+    :param first: The first group's values (e.g. qc_sb3's seeds at one evaluation)
+    :param second: The second group's values
+    :param n_resamples: Random splits when there are too many to enumerate
+    :param seed: Seed of the random splits
+    :param max_exact: Largest number of splits that is enumerated
+    :return: The p-value
+    """
+    arrays = [np.asarray(group, dtype=np.float64) for group in (first, second)]
+    if any(array.ndim != 1 or array.size == 0 for array in arrays):
+        raise ValueError("permutation_test needs two non-empty 1-D sequences of values")
+    pooled = np.concatenate(arrays)
+    n_first, total = arrays[0].size, pooled.sum()
+    observed = abs(arrays[0].mean() - arrays[1].mean())
+    # The mean difference of a split is a function of the first group's sum; ties within float rounding count as equal.
+    tolerance = 1e-9 * max(1.0, float(np.abs(pooled).max()))
+    if math.comb(pooled.size, n_first) <= max_exact:
+        members = np.array(list(itertools.combinations(range(pooled.size), n_first)))
+        sums = pooled[members].sum(axis=1)
+        differences = np.abs(sums / n_first - (total - sums) / (pooled.size - n_first))
+        return float(np.mean(differences >= observed - tolerance))
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permuted(np.tile(pooled, (n_resamples, 1)), axis=1)
+    sums = shuffled[:, :n_first].sum(axis=1)
+    differences = np.abs(sums / n_first - (total - sums) / (pooled.size - n_first))
+    return float((1 + np.sum(differences >= observed - tolerance)) / (1 + n_resamples))
+
+
+def smallest_permutation_p_value(
+    n_first: int, n_second: int, n_resamples: int = N_RESAMPLES, max_exact: int = MAX_EXACT_SPLITS
+) -> float:
+    """
+    The smallest p-value :func:`permutation_test` can return for groups of these sizes (distinct values): only the
+    observed split is as extreme, and with equal sizes its mirror too. A test whose smallest p-value exceeds its level
+    cannot reject, whatever the data: with three runs a side it is 2 / 20 = 0.1.
+
+    :param n_first: Runs in the first group
+    :param n_second: Runs in the second group
+    :param n_resamples: As in :func:`permutation_test`
+    :param max_exact: As in :func:`permutation_test`
+    :return: The smallest attainable p-value
+    """
+    splits = math.comb(n_first + n_second, n_first)
+    if splits > max_exact:
+        return 1 / (1 + n_resamples)
+    return (2 if n_first == n_second else 1) / splits

@@ -16,7 +16,7 @@ from benchmarks.paper_comparison import paper_success_at, read_paper_curves
 from benchmarks.planning import plan_runs
 from benchmarks.reference_runs import convert_eval_rows, reference_flags
 from benchmarks.report import write_report
-from benchmarks.stats import bootstrap_difference_ci
+from benchmarks.stats import bootstrap_difference_ci, permutation_test, smallest_permutation_p_value
 
 TASK = "cube-single-play-singletask-task1-v0"
 PUZZLE_2 = "puzzle-3x3-play-singletask-task2-v0"
@@ -40,6 +40,42 @@ def test_bootstrap_difference_matches_exact_enumeration():
     assert bootstrap_difference_ci([0.4], [0.1]) == pytest.approx((0.3, 0.3, 0.3))
     with pytest.raises(ValueError):
         bootstrap_difference_ci([0.1], [])
+
+
+def brute_force_permutation_p(first: list[float], second: list[float]) -> float:
+    """The two-sided permutation p-value by relabelling every ordering of the pooled values (each split n! m! times)."""
+    pooled, n = first + second, len(first)
+    observed = abs(np.mean(first) - np.mean(second))
+    extreme = [abs(np.mean(order[:n]) - np.mean(order[n:])) >= observed - 1e-12 for order in itertools.permutations(pooled)]
+    return float(np.mean(extreme))
+
+
+def test_permutation_test_matches_relabelling_every_ordering():
+    for first, second in (([0.2, 0.6, 0.7], [0.0, 0.1, 0.5]), ([0.3, 0.3, 0.9], [0.3, 0.2, 0.1, 0.0]), ([0.5], [0.5, 0.1])):
+        assert permutation_test(first, second) == pytest.approx(brute_force_permutation_p(first, second))
+    # Hand-worked: three runs a side, all of one side above the other's: 2 of the 20 splits are as extreme.
+    assert permutation_test([1.0, 0.9, 0.8], [0.0, 0.1, 0.2]) == pytest.approx(0.1)
+    assert permutation_test([0.4, 0.4], [0.4, 0.4]) == 1.0
+    with pytest.raises(ValueError):
+        permutation_test([0.1], [])
+
+
+def test_sampled_permutation_test_agrees_with_the_exact_one():
+    rng = np.random.default_rng(5)
+    first, second = rng.uniform(0.2, 0.9, size=5).tolist(), rng.uniform(0.0, 0.7, size=5).tolist()
+    exact = permutation_test(first, second)
+    sampled = permutation_test(first, second, n_resamples=50_000, seed=1, max_exact=0)
+    assert sampled == pytest.approx(exact, abs=0.01)
+    # The sampled p-value counts the observed split: never 0.
+    assert permutation_test([1.0] * 8, [0.0] * 8, n_resamples=999, max_exact=0) == pytest.approx(1 / 1000)
+
+
+def test_the_smallest_p_value_is_that_of_fully_separated_runs():
+    for n_first, n_second in ((3, 3), (3, 4), (2, 5)):
+        separated = brute_force_permutation_p([10.0 + i for i in range(n_first)], [float(i) for i in range(n_second)])
+        assert smallest_permutation_p_value(n_first, n_second) == pytest.approx(separated)
+    assert smallest_permutation_p_value(3, 3) == pytest.approx(0.1)
+    assert smallest_permutation_p_value(20, 20, n_resamples=999) == pytest.approx(1 / 1000)
 
 
 def test_paper_success_is_read_at_the_first_evaluation_at_or_after_the_step():
@@ -80,8 +116,9 @@ def _write_run(root: Path, task: str, method: str, seed: int, successes: list[fl
 
 def test_report_compares_implementations_and_tabulates_tasks_with_the_paper(tmp_path):
     root = tmp_path / "evidence"
-    # QC: the two implementations alike; QC-FQL: qc_sb3 always succeeds, the reference never.
-    for seed, implementation in itertools.product(range(3), (None, "reference")):
+    # QC: the two implementations alike; QC-FQL: qc_sb3 always succeeds, the reference never. Five runs a side: the
+    # fewest whose permutation test can reject at the Bonferroni level of four evaluations (2 / 252 < 0.05 / 4).
+    for seed, implementation in itertools.product(range(5), (None, "reference")):
         _write_run(root, TASK, "QC", seed, [0.1 * seed, 0.2, 0.4, 0.6 + 0.1 * seed], implementation)
         _write_run(root, TASK, "QC-FQL", seed, [1.0] * 4 if implementation is None else [0.0] * 4, implementation)
     for seed in range(2):
@@ -90,17 +127,18 @@ def test_report_compares_implementations_and_tabulates_tasks_with_the_paper(tmp_
 
     verdicts = pd.read_csv(out / "parity.csv").set_index("method")
     assert verdicts.loc["QC", "difference"] == pytest.approx(0.0)
-    # Each run's mean over its four evaluations: 0.3 + 0.05 seed, for both implementations.
-    per_run = [0.3, 0.35, 0.4]
-    expected = exact_difference_quantiles(per_run, per_run)
-    assert (verdicts.loc["QC", "ci95_low"], verdicts.loc["QC", "ci95_high"]) == pytest.approx(expected, abs=0.02)
+    # Each run's mean over its four evaluations is 0.3 + 0.05 seed, for both implementations.
+    assert verdicts.loc["QC", "ci95_low"] < 0 < verdicts.loc["QC", "ci95_high"]
+    assert verdicts.loc["QC", "p_value"] == 1.0
     assert bool(verdicts.loc["QC", "agree"]) and verdicts.loc["QC", "evaluations_apart"] == 0
     assert verdicts.loc["QC-FQL", "difference"] == pytest.approx(1.0)
+    assert verdicts.loc["QC-FQL", "p_value"] == pytest.approx(2 / 252)
     assert not verdicts.loc["QC-FQL", "agree"] and verdicts.loc["QC-FQL", "evaluations_apart"] == 4
     per_step = pd.read_csv(out / "parity_evaluations.csv")
     qc_100 = per_step[(per_step["method"] == "QC") & (per_step["step"] == 100)].iloc[0]
-    assert (qc_100["ours"], qc_100["reference"], qc_100["seeds_ours"]) == pytest.approx((0.1, 0.1, 3))
-    assert qc_100["bonferroni_level"] == pytest.approx(1 - 0.05 / 4)
+    assert (qc_100["ours"], qc_100["reference"], qc_100["seeds_ours"]) == pytest.approx((0.2, 0.2, 5))
+    assert qc_100["bonferroni_level"] == pytest.approx(0.05 / 4)
+    assert qc_100["p_value"] == 1.0 and not qc_100["apart"]
     assert (out / f"parity-{TASK}.png").read_bytes()[:4] == b"\x89PNG"
 
     tasks = pd.read_csv(out / "tasks.csv")
@@ -111,7 +149,7 @@ def test_report_compares_implementations_and_tabulates_tasks_with_the_paper(tmp_
     assert reference_row["success"] == 0.0 and np.isnan(reference_row["paper_success"])
     summary = (out / "summary.md").read_text()
     assert f"| {PUZZLE_2} | BFN | 2 | 0.25 [0.00, 0.50] @200 | 0.28 (100k) |" in summary
-    assert f"| {TASK} | QC-FQL | 3 / 3 | 4 | 1.000 | 0.000 | +1.000 [+1.000, +1.000] | 4 | no |" in summary
+    assert f"| {TASK} | QC-FQL | 5 / 5 | 4 | 1.000 | 0.000 | +1.000 [+1.000, +1.000] | 0.00794 | 4 | no |" in summary
 
 
 def test_a_config_becomes_the_reference_flags_of_the_same_settings():
@@ -189,13 +227,14 @@ def test_finished_only_reads_the_runs_that_have_finished(tmp_path):
     assert load_results(tmp_path, finished_only=True)["seed"].unique().tolist() == [1]
 
 
-def test_no_verdict_below_three_runs_on_a_side(tmp_path):
-    for seed in range(2):
-        _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.2, 0.3, 0.4], None)
+def test_no_verdict_where_the_tests_cannot_reject(tmp_path):
+    # Three runs a side, every qc_sb3 run above every reference run: the permutation test's smallest p-value is 0.1,
+    # so no test can reject and no verdict is given, however far apart the runs are.
     for seed in range(3):
-        _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.2, 0.3, 0.4], "reference")
+        _write_run(tmp_path, TASK, "QC", seed, [0.9, 0.9, 0.9, 0.9 - 0.01 * seed], None)
+        _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.1, 0.1, 0.1 + 0.01 * seed], "reference")
     out = write_report(tmp_path)
     verdict = pd.read_csv(out / "parity.csv").iloc[0]
-    assert verdict["difference"] == pytest.approx(0.0) and pd.isna(verdict["agree"])
-    assert pd.isna(verdict["evaluations_apart"])
-    assert "| 4 | 0.250 | 0.250 | +0.000 [+0.000, +0.000] | - | n/a (< 3 seeds a side) |" in (out / "summary.md").read_text()
+    assert verdict["p_value"] == pytest.approx(0.1) and verdict["smallest_p_value"] == pytest.approx(0.1)
+    assert pd.isna(verdict["agree"]) and pd.isna(verdict["evaluations_apart"])
+    assert "| - | n/a (smallest attainable p 0.1: too few seeds to test) |" in (out / "summary.md").read_text()
