@@ -34,6 +34,7 @@ run fails with a message saying so, and the other runs go on.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import time
 import traceback
@@ -118,12 +119,34 @@ def check_run_folder(run: RunSpec) -> None:
             "which configuration they belong to is unknown; delete that folder to run it again"
         ) from error
     wanted = _as_json(run.record())
-    if saved != wanted:
+    if saved != wanted and not _recorded_before_new_defaults(saved, wanted, run):
         differing = sorted(key for key in {*saved, *wanted} if saved.get(key) != wanted.get(key))
         raise RunConflictError(
             f"{run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
             "delete that folder"
         )
+
+
+def _recorded_before_new_defaults(saved: dict[str, Any], wanted: dict[str, Any], run: RunSpec) -> bool:
+    """
+    Whether a saved record differs from the wanted one only by hyperparameters it lacks that the wanted one sets to
+    the algorithm's default: a run recorded before the algorithm had such a setting ran as its default does (e.g.
+    ``compile_step=False``), so its results are those of the configuration asked for.
+    """
+    saved_settings, wanted_settings = saved.get("hyperparameters", {}), wanted["hyperparameters"]
+    if {**saved, "hyperparameters": None} != {**wanted, "hyperparameters": None}:
+        return False
+    if any(wanted_settings.get(key, _MISSING) != value for key, value in saved_settings.items()):
+        return False
+    defaults = inspect.signature(_algorithm(run)).parameters
+    return all(
+        key in defaults and _as_json(defaults[key].default) == value
+        for key, value in wanted_settings.items()
+        if key not in saved_settings
+    )
+
+
+_MISSING = object()
 
 
 def is_done(run: RunSpec) -> bool:

@@ -227,6 +227,22 @@ def test_a_run_folder_of_another_configuration_is_refused_before_any_run(tmp_pat
         run_benchmark(changed, out=out, workers=0, report=False)
 
 
+def test_a_run_recorded_before_a_setting_existed_counts_as_that_settings_default(tmp_path):
+    out = tmp_path / "results"
+    config = write_config(tmp_path / "toy.yaml", toy_config())
+    run_benchmark(config, out=out, workers=0, report=False)
+    # An older runner recorded no compile_step: it ran as QC's default (False) does.
+    record_path = out / TOY_TASK / "QC" / "seed0" / "config.json"
+    record = json.loads(record_path.read_text())
+    assert record["hyperparameters"].pop("compile_step") is False
+    record_path.write_text(json.dumps(record))
+    assert [summary["status"] for summary in run_benchmark(config, out=out, workers=0, report=False)] == ["skipped"]
+    # Asked for the setting's other value, the old record is another configuration.
+    compiled = write_config(tmp_path / "compiled.yaml", toy_config(hyperparameters={"compile_step": True}))
+    with pytest.raises(RunConflictError, match="hyperparameters"):
+        run_benchmark(compiled, out=out, workers=0, report=False)
+
+
 def test_the_local_pool_runs_seeds_in_worker_processes(tmp_path):
     config = write_config(
         tmp_path / "toy.yaml", toy_config(seeds=[0, 1], protocol={**toy_config()["protocol"], "eval_interval": 40})
