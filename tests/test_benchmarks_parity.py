@@ -238,3 +238,20 @@ def test_no_verdict_where_the_tests_cannot_reject(tmp_path):
     assert verdict["p_value"] == pytest.approx(0.1) and verdict["smallest_p_value"] == pytest.approx(0.1)
     assert pd.isna(verdict["agree"]) and pd.isna(verdict["evaluations_apart"])
     assert "| - | n/a (smallest attainable p 0.1: too few seeds to test) |" in (out / "summary.md").read_text()
+
+
+def test_two_folders_of_runs_are_compared_as_the_implementations_are(tmp_path):
+    from benchmarks.compare import compare_folders
+
+    for folder, success in (("first", 0.9), ("second", 0.1)):
+        for seed in range(5):
+            _write_run(tmp_path / folder, TASK, "QC", seed, [success - 0.01 * seed] * 4, None)
+            (tmp_path / folder / "ours" / TASK / "QC" / f"seed{seed}" / "DONE").write_text("{}")
+    curves, evaluations = compare_folders(tmp_path / "first", tmp_path / "second")
+    row = curves.iloc[0]
+    # Every run of the first folder above every run of the second: the most extreme of C(10, 5) = 252 splits, twice.
+    assert (row["seeds_ours"], row["seeds_reference"]) == (5, 5)
+    assert row["difference"] == pytest.approx(0.8) and row["p_value"] == pytest.approx(2 / 252)
+    assert not row["agree"] and row["evaluations_apart"] == 4 and len(evaluations) == 4
+    with pytest.raises(ValueError, match="no finished run"):
+        compare_folders(tmp_path / "first", tmp_path / "missing")
