@@ -106,7 +106,8 @@ def curve_differences(paired: pd.DataFrame, evaluations: pd.DataFrame, seed: int
     """
     rows = []
     for (task, method), group in paired.groupby(["task", "base_method"], sort=True):
-        per_run = group.groupby(["implementation", "seed"], as_index=False)["success"].mean()
+        # One sample per run (its folder): seeds may repeat across the folders of one comparison (benchmarks.compare).
+        per_run = group.groupby(["implementation", "run_dir"], as_index=False)["success"].mean()
         ours, theirs = _split(per_run, "success")
         difference, low, high = bootstrap_difference_ci(ours, theirs, seed=seed)
         p_value = permutation_test(ours, theirs, seed=seed)

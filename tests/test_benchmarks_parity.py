@@ -243,15 +243,17 @@ def test_no_verdict_where_the_tests_cannot_reject(tmp_path):
 def test_two_folders_of_runs_are_compared_as_the_implementations_are(tmp_path):
     from benchmarks.compare import compare_folders
 
-    for folder, success in (("first", 0.9), ("second", 0.1)):
-        for seed in range(5):
+    # The second folder pools two sets of runs whose seeds repeat (0-2 and 0-1): five runs, not three.
+    for folder, success, seeds in (("first", 0.9, range(5)), ("second/a", 0.1, range(3)), ("second/b", 0.05, range(2))):
+        for seed in seeds:
             _write_run(tmp_path / folder, TASK, "QC", seed, [success - 0.01 * seed] * 4, None)
             (tmp_path / folder / "ours" / TASK / "QC" / f"seed{seed}" / "DONE").write_text("{}")
     curves, evaluations = compare_folders(tmp_path / "first", tmp_path / "second")
     row = curves.iloc[0]
     # Every run of the first folder above every run of the second: the most extreme of C(10, 5) = 252 splits, twice.
     assert (row["seeds_ours"], row["seeds_reference"]) == (5, 5)
-    assert row["difference"] == pytest.approx(0.8) and row["p_value"] == pytest.approx(2 / 252)
+    assert row["difference"] == pytest.approx(0.88 - (0.1 + 0.09 + 0.08 + 0.05 + 0.04) / 5)
+    assert row["p_value"] == pytest.approx(2 / 252)
     assert not row["agree"] and row["evaluations_apart"] == 4 and len(evaluations) == 4
     with pytest.raises(ValueError, match="no finished run"):
         compare_folders(tmp_path / "first", tmp_path / "missing")
