@@ -21,6 +21,7 @@ runs of one side all lie above the other's, which exchangeable seeds do at one e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -166,7 +167,8 @@ def parity_markdown(curves: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _verdict(row) -> str:
+def _verdict(row: Any) -> str:
+    """The verdict of one :func:`curve_differences` row (an ``itertuples`` record)."""
     if row.agree is None or pd.isna(row.agree):
         return f"n/a (smallest attainable p {row.smallest_p_value:.2g}: too few seeds to test)"
     return "yes" if row.agree else "no"
