@@ -2,13 +2,17 @@
 
 Every executor runs :func:`benchmarks.runs.execute_run_safely` once per run and writes the same results layout; the
 parent polls the runs' progress files meanwhile. Worker processes start with ``spawn`` (no state inherited from a
-parent that may hold threads or CUDA); each run sets its own torch thread count.
+parent that may hold threads or CUDA); each run sets its own torch thread count. A worker whose parent dies (a
+runner killed with SIGTERM or SIGKILL, which reach the parent only) exits within :data:`PARENT_CHECK_INTERVAL`
+seconds rather than go on to the queued runs; the run it was on resumes from its checkpoint the next time.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -18,6 +22,8 @@ from benchmarks.specs import Execution, RunSpec
 
 # Seconds between two progress refreshes of the parent.
 POLL_INTERVAL = 1.0
+# Seconds between two checks, in a worker, that its parent is alive.
+PARENT_CHECK_INTERVAL = 5.0
 
 Refresh = Callable[[], None]
 
@@ -59,7 +65,10 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
     :return: The runs' summaries, in order
     """
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
+    )
+    with pool:
         futures: list[Future] = [pool.submit(execute_run_safely, run) for run in runs]
         pending = set(futures)
         try:
@@ -71,6 +80,26 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         return [_result(future, run) for future, run in zip(futures, runs, strict=True)]
+
+
+def exit_with_parent(parent_pid: int, interval: float = PARENT_CHECK_INTERVAL) -> threading.Thread:
+    """
+    Watch, from a daemon thread, that this process's parent is still ``parent_pid``, and end the process at once
+    (``os._exit``) when it is not: the parent died and the process was adopted.
+
+    :param parent_pid: The parent's process id
+    :param interval: Seconds between two checks
+    :return: The watching thread (started)
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def _result(future: Future, run: RunSpec) -> dict[str, Any]:
