@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("first", type=Path, help="a folder of finished runs (in qc_sb3's place)")
     parser.add_argument("second", type=Path, help="a folder of finished runs (in the reference's place)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of sampled permutation splits")
     args = parser.parse_args(argv)
     for folder in (args.first, args.second):
         if not folder.is_dir():

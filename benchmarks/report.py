@@ -338,9 +338,9 @@ def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed
         "The same task, method, settings and data run by both (benchmarks.reference_runs). Per run, the mean success "
         "over its evaluations; the difference of the implementations' means over seeds (qc_sb3 minus reference) with "
         "a 95% bootstrap interval and the p-value of a permutation test of equal means; the evaluations whose own "
-        "permutation test rejects at the Bonferroni level 0.05 / evaluations (parity_evaluations.csv). They agree when "
-        "the curve's p-value is at least 0.05 and no evaluation is apart; where too few seeds make the tests unable to "
-        "reject, there is no verdict (docs/evidence.md §4).\n\n" + parity_markdown(verdicts)
+        "permutation test rejects at the Bonferroni level 0.05 / evaluations (parity_evaluations.csv), which locate a "
+        "difference. They agree when the curve's p-value is at least 0.05; where too few runs make a test unable to "
+        "reject, its column is empty (docs/evidence.md §4).\n\n" + parity_markdown(verdicts)
     )
 
 

@@ -34,7 +34,6 @@ run fails with a message saying so, and the other runs go on.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import time
 import traceback
@@ -119,7 +118,7 @@ def check_run_folder(run: RunSpec) -> None:
             "which configuration they belong to is unknown; delete that folder to run it again"
         ) from error
     wanted = _as_json(run.record())
-    if saved != wanted and not _recorded_before_new_defaults(saved, wanted, run):
+    if saved != wanted and not _recorded_before_new_defaults(saved, wanted):
         differing = sorted(key for key in {*saved, *wanted} if saved.get(key) != wanted.get(key))
         raise RunConflictError(
             f"{run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
@@ -127,26 +126,30 @@ def check_run_folder(run: RunSpec) -> None:
         )
 
 
-def _recorded_before_new_defaults(saved: dict[str, Any], wanted: dict[str, Any], run: RunSpec) -> bool:
+# Settings added after runs were recorded, with the value that reproduces what those runs did: a record without the
+# setting is the configuration that asks for this value (part A's runs predate compile_step).
+SETTINGS_ADDED_LATER: dict[str, Any] = {"compile_step": False}
+
+
+def _recorded_before_new_defaults(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
     """
-    Whether a saved record differs from the wanted one only by hyperparameters it lacks that the wanted one sets to
-    the algorithm's default: a run recorded before the algorithm had such a setting ran as its default does (e.g.
-    ``compile_step=False``), so its results are those of the configuration asked for.
+    Whether a saved record differs from the wanted one only by hyperparameters of :data:`SETTINGS_ADDED_LATER` that it
+    lacks and that the wanted one sets to the value listed there.
+
+    :param saved: The run folder's record (its ``config.json``)
+    :param wanted: The record of the run asked for
+    :return: True if the saved record is the wanted configuration
     """
     saved_settings, wanted_settings = saved.get("hyperparameters", {}), wanted["hyperparameters"]
     if {**saved, "hyperparameters": None} != {**wanted, "hyperparameters": None}:
         return False
-    if any(wanted_settings.get(key, _MISSING) != value for key, value in saved_settings.items()):
+    if any(key not in wanted_settings or wanted_settings[key] != value for key, value in saved_settings.items()):
         return False
-    defaults = inspect.signature(_algorithm(run)).parameters
     return all(
-        key in defaults and _as_json(defaults[key].default) == value
+        key in SETTINGS_ADDED_LATER and SETTINGS_ADDED_LATER[key] == value
         for key, value in wanted_settings.items()
         if key not in saved_settings
     )
-
-
-_MISSING = object()
 
 
 def is_done(run: RunSpec) -> bool:

@@ -66,8 +66,8 @@ def test_sampled_permutation_test_agrees_with_the_exact_one():
     exact = permutation_test(first, second)
     sampled = permutation_test(first, second, n_resamples=50_000, seed=1, max_exact=0)
     assert sampled == pytest.approx(exact, abs=0.01)
-    # The sampled p-value counts the observed split: never 0.
-    assert permutation_test([1.0] * 8, [0.0] * 8, n_resamples=999, max_exact=0) == pytest.approx(1 / 1000)
+    # The sampled p-value counts the observed split: never 0 (here 999 draws of C(24, 12) = 2.7M splits, two extreme).
+    assert permutation_test([1.0] * 12, [0.0] * 12, n_resamples=999, max_exact=0) == pytest.approx(1 / 1000)
 
 
 def test_the_smallest_p_value_is_that_of_fully_separated_runs():
@@ -237,7 +237,17 @@ def test_no_verdict_where_the_tests_cannot_reject(tmp_path):
     verdict = pd.read_csv(out / "parity.csv").iloc[0]
     assert verdict["p_value"] == pytest.approx(0.1) and verdict["smallest_p_value"] == pytest.approx(0.1)
     assert pd.isna(verdict["agree"]) and pd.isna(verdict["evaluations_apart"])
-    assert "| - | n/a (smallest attainable p 0.1: too few seeds to test) |" in (out / "summary.md").read_text()
+    assert "| - | n/a (smallest attainable p 0.1: too few runs to test) |" in (out / "summary.md").read_text()
+
+
+def test_four_runs_a_side_give_a_verdict_but_locate_nothing(tmp_path):
+    # Four runs a side: the curve's test can reject (2 / 70 < 0.05), an evaluation's cannot at 0.05 / 4.
+    for seed in range(4):
+        _write_run(tmp_path, TASK, "QC", seed, [0.9, 0.9, 0.9, 0.9 - 0.01 * seed], None)
+        _write_run(tmp_path, TASK, "QC", seed, [0.1, 0.1, 0.1, 0.1 + 0.01 * seed], "reference")
+    verdict = pd.read_csv(write_report(tmp_path) / "parity.csv").iloc[0]
+    assert verdict["p_value"] == pytest.approx(2 / 70) and not verdict["agree"]
+    assert pd.isna(verdict["evaluations_apart"])
 
 
 def test_two_folders_of_runs_are_compared_as_the_implementations_are(tmp_path):
