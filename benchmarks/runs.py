@@ -118,7 +118,7 @@ def check_run_folder(run: RunSpec) -> None:
             "which configuration they belong to is unknown; delete that folder to run it again"
         ) from error
     wanted = _as_json(run.record())
-    if saved != wanted and not _recorded_before_new_defaults(saved, wanted):
+    if saved != wanted and not _recorded_before_settings_added(saved, wanted):
         differing = sorted(key for key in {*saved, *wanted} if saved.get(key) != wanted.get(key))
         raise RunConflictError(
             f"{run_dir} holds a run of a different configuration (differs in {differing}); use another --out or "
@@ -131,7 +131,7 @@ def check_run_folder(run: RunSpec) -> None:
 SETTINGS_ADDED_LATER: dict[str, Any] = {"compile_step": False}
 
 
-def _recorded_before_new_defaults(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
+def _recorded_before_settings_added(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
     """
     Whether a saved record differs from the wanted one only by hyperparameters of :data:`SETTINGS_ADDED_LATER` that it
     lacks and that the wanted one sets to the value listed there.

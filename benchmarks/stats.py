@@ -125,16 +125,15 @@ def permutation_test(
     observed = abs(arrays[0].mean() - arrays[1].mean())
     # The mean difference of a split is a function of the first group's sum; ties within float rounding count as equal.
     tolerance = 1e-9 * max(1.0, float(np.abs(pooled).max()))
-    if math.comb(pooled.size, n_first) <= max_exact:
+    exact = math.comb(pooled.size, n_first) <= max_exact
+    if exact:
         members = np.array(list(itertools.combinations(range(pooled.size), n_first)))
         sums = pooled[members].sum(axis=1)
-        differences = np.abs(sums / n_first - (total - sums) / (pooled.size - n_first))
-        return float(np.mean(differences >= observed - tolerance))
-    rng = np.random.default_rng(seed)
-    shuffled = rng.permuted(np.tile(pooled, (n_resamples, 1)), axis=1)
-    sums = shuffled[:, :n_first].sum(axis=1)
-    differences = np.abs(sums / n_first - (total - sums) / (pooled.size - n_first))
-    return float((1 + np.sum(differences >= observed - tolerance)) / (1 + n_resamples))
+    else:
+        shuffled = np.random.default_rng(seed).permuted(np.tile(pooled, (n_resamples, 1)), axis=1)
+        sums = shuffled[:, :n_first].sum(axis=1)
+    extreme = np.sum(np.abs(sums / n_first - (total - sums) / (pooled.size - n_first)) >= observed - tolerance)
+    return float(extreme / sums.size) if exact else float((1 + extreme) / (1 + n_resamples))
 
 
 def smallest_permutation_p_value(

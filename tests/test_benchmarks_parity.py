@@ -265,5 +265,8 @@ def test_two_folders_of_runs_are_compared_as_the_implementations_are(tmp_path):
     assert row["difference"] == pytest.approx(0.88 - (0.1 + 0.09 + 0.08 + 0.05 + 0.04) / 5)
     assert row["p_value"] == pytest.approx(2 / 252)
     assert not row["agree"] and row["evaluations_apart"] == 4 and len(evaluations) == 4
+    # The same runs given as two folders pooled on the second side.
+    pooled, _ = compare_folders(tmp_path / "first", [tmp_path / "second" / "a", tmp_path / "second" / "b"])
+    assert pooled.iloc[0]["seeds_reference"] == 5 and pooled.iloc[0]["p_value"] == pytest.approx(2 / 252)
     with pytest.raises(ValueError, match="no finished run"):
         compare_folders(tmp_path / "first", tmp_path / "missing")
