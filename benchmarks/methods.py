@@ -35,6 +35,7 @@ RUNNER_ARGUMENTS: dict[str, str] = {
     "device": "set by execution.device",
     "tensorboard_log": "written into each run's folder",
     "verbose": "the runner reports progress itself",
+    "replay_buffer_class": "always ChunkReplayBuffer, whose steps the runner's checkpoints save",
     "_init_setup_model": "internal",
 }
 

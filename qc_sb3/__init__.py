@@ -2,6 +2,7 @@
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 from qc_sb3.common.wrappers import ChunkedActionWrapper
 from qc_sb3.qc import QC
@@ -18,6 +19,7 @@ __all__ = [
     "ChunkReplayBuffer",
     "ChunkReplayBufferSamples",
     "ChunkedActionWrapper",
+    "DeviceChunkReplayBuffer",
     "OfflineShards",
     "__version__",
 ]

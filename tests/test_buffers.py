@@ -11,10 +11,12 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qc_sb3 import ChunkReplayBuffer
+from qc_sb3 import ChunkReplayBuffer, DeviceChunkReplayBuffer
 
 OBS_DIM = 3
 ACTION_DIM = 2
+# The plain NumPy buffer and its device-resident fast path: both must give the windows of the brute force.
+BUFFER_CLASSES = [ChunkReplayBuffer, DeviceChunkReplayBuffer]
 
 
 @dataclass
@@ -36,10 +38,12 @@ def make_step(rng: np.random.Generator, step_id: int, terminated: bool, episode_
     return Step(obs, action, float(rng.normal()), next_obs, terminated, episode_end)
 
 
-def make_buffer(size: int, n_envs: int = 1, **kwargs) -> ChunkReplayBuffer:
+def make_buffer(
+    size: int, n_envs: int = 1, buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer, **kwargs
+) -> ChunkReplayBuffer:
     observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
-    return ChunkReplayBuffer(size, observation_space, action_space, n_envs=n_envs, **kwargs)
+    return buffer_class(size, observation_space, action_space, n_envs=n_envs, **kwargs)
 
 
 def brute_force_window(stream: list[Step], t: int, h: int, gamma: float) -> dict[str, np.ndarray]:
@@ -121,10 +125,11 @@ def check_batch_against_brute_force(batch, streams_by_id: dict[int, tuple[list[S
         expected = brute_force_window(stream, t, h, gamma)
         for name, value in expected.items():
             np.testing.assert_allclose(
-                getattr(batch, name)[row].numpy(), value, rtol=1e-5, atol=1e-5, err_msg=f"{name} of window at {step_id}"
+                getattr(batch, name)[row].cpu().numpy(), value, rtol=1e-5, atol=1e-5, err_msg=f"{name} of window at {step_id}"
             )
 
 
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     offline_layout=st.one_of(st.none(), episode_layouts(6, last_may_continue=False)),
@@ -134,11 +139,12 @@ def check_batch_against_brute_force(batch, streams_by_id: dict[int, tuple[list[S
     gamma=st.sampled_from([0.5, 0.9, 0.99, 1.0]),
     seed=st.integers(0, 2**16),
 )
-def test_windows_match_brute_force(offline_layout, online_layouts, ring_per_env, h, gamma, seed):
+def test_windows_match_brute_force(buffer_class, offline_layout, online_layouts, ring_per_env, h, gamma, seed):
     rng = np.random.default_rng(seed)
     np.random.seed(seed)
+    th.manual_seed(seed)
     n_envs = len(online_layouts)
-    buffer = make_buffer(ring_per_env * n_envs, n_envs=n_envs, chunk_size=h, gamma=gamma)
+    buffer = make_buffer(ring_per_env * n_envs, n_envs=n_envs, buffer_class=buffer_class, chunk_size=h, gamma=gamma)
     streams_by_id: dict[int, tuple[list[Step], int]] = {}
 
     if offline_layout is not None:
@@ -163,9 +169,10 @@ def test_windows_match_brute_force(offline_layout, online_layouts, ring_per_env,
     check_batch_against_brute_force(batch, streams_by_id, h, gamma)
 
 
-def test_hand_worked_window():
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
+def test_hand_worked_window(buffer_class):
     """h = 3, gamma = 0.5 over one offline episode that terminates at its third step, then a truncated one."""
-    buffer = make_buffer(10, chunk_size=3, gamma=0.5)
+    buffer = make_buffer(10, buffer_class=buffer_class, chunk_size=3, gamma=0.5)
     obs = np.arange(5, dtype=np.float32)[:, None].repeat(OBS_DIM, axis=1)
     actions = np.linspace(-0.5, 0.5, 10, dtype=np.float32).reshape(5, 2)
     rewards = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
@@ -173,6 +180,7 @@ def test_hand_worked_window():
     episode_end = np.array([0, 0, 1, 0, 1])
     buffer.add_offline(obs, actions, rewards, obs + 100, terminated, episode_end)
     np.random.seed(0)
+    th.manual_seed(0)
     batch = buffer.sample(64)
     starts = batch.observations[:, 0].long().numpy()
     by_start = {int(s): i for i, s in enumerate(starts)}
@@ -198,9 +206,10 @@ def test_hand_worked_window():
     np.testing.assert_allclose(batch.actions[row], actions[[3, 4, 4]])
 
 
-def test_termination_inside_an_episode_cuts_masks_but_not_valid():
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
+def test_termination_inside_an_episode_cuts_masks_but_not_valid(buffer_class):
     """OGBench's relabelled play data: the goal is reached at step 1 but the trajectory goes on (h = 3, gamma = 0.5)."""
-    buffer = make_buffer(10, chunk_size=3, gamma=0.5)
+    buffer = make_buffer(10, buffer_class=buffer_class, chunk_size=3, gamma=0.5)
     obs = np.arange(4, dtype=np.float32)[:, None].repeat(OBS_DIM, axis=1)
     actions = np.zeros((4, 2), dtype=np.float32)
     rewards = np.array([-1.0, 0.0, -1.0, 0.0])
@@ -208,6 +217,7 @@ def test_termination_inside_an_episode_cuts_masks_but_not_valid():
     episode_end = np.array([0, 0, 0, 1])
     buffer.add_offline(obs, actions, rewards, obs + 100, terminated, episode_end)
     np.random.seed(0)
+    th.manual_seed(0)
     batch = buffer.sample(64)
     row = {int(s): i for i, s in enumerate(batch.observations[:, 0].long().numpy())}[0]
     np.testing.assert_allclose(batch.rewards[row], [-1.0, -1.0, -1.25])  # -1 + 0.5 * 0 + 0.25 * -1
@@ -221,13 +231,15 @@ def fill_online(buffer: ChunkReplayBuffer, n_steps: int, first_id: int, episode_
     add_online(buffer, [steps_of(layout, rng, first_id)])
 
 
-def test_uniform_over_offline_and_online():
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
+def test_uniform_over_offline_and_online(buffer_class):
     """Default sampling: every stored step equally likely, whichever segment holds it."""
-    buffer = make_buffer(300, chunk_size=2)
+    buffer = make_buffer(300, buffer_class=buffer_class, chunk_size=2)
     rng = np.random.default_rng(0)
     add_offline(buffer, steps_of([(10, "truncated")] * 10, rng, first_id=0))
     fill_online(buffer, 300, first_id=1000)
     np.random.seed(0)
+    th.manual_seed(0)
     ids = np.concatenate([buffer.sample(1000).observations[:, 0].numpy() for _ in range(40)])
     offline_share = (ids < 1000).mean()
     assert abs(offline_share - 100 / 400) < 0.01  # 40k draws: std of the share is 0.002
@@ -238,9 +250,10 @@ def test_uniform_over_offline_and_online():
     assert chi_square < 399 + 6 * np.sqrt(2 * 399)
 
 
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
 @pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 1.0])
-def test_offline_fraction_fixes_batch_composition(fraction):
-    buffer = make_buffer(300, chunk_size=2, offline_fraction=fraction)
+def test_offline_fraction_fixes_batch_composition(buffer_class, fraction):
+    buffer = make_buffer(300, buffer_class=buffer_class, chunk_size=2, offline_fraction=fraction)
     add_offline(buffer, steps_of([(10, "truncated")] * 3, np.random.default_rng(0), first_id=0))
     fill_online(buffer, 300, first_id=1000)
     np.random.seed(0)
@@ -249,11 +262,13 @@ def test_offline_fraction_fixes_batch_composition(fraction):
         assert (ids < 1000).sum() == round(256 * fraction)
 
 
-def test_offline_segment_survives_wrap_around_and_reset():
-    buffer = make_buffer(20, chunk_size=3)
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
+def test_offline_segment_survives_wrap_around_and_reset(buffer_class):
+    buffer = make_buffer(20, buffer_class=buffer_class, chunk_size=3)
     add_offline(buffer, steps_of([(5, "terminated")] * 2, np.random.default_rng(0), first_id=0))
     fill_online(buffer, 100, first_id=1000)
     np.random.seed(0)
+    th.manual_seed(0)
     ids = buffer.sample(2000).observations[:, 0].numpy()
     assert set(ids[ids < 1000]) == set(range(10))
     assert set(ids[ids >= 1000]) == set(range(1080, 1100))  # the newest 20 online steps only
@@ -277,8 +292,9 @@ def test_offline_actions_are_clipped_as_the_reference_does():
     np.testing.assert_array_equal(buffer.offline_actions, np.float32([[1 - 1e-5, -1 + 1e-5], [0.5, -0.25]]))
 
 
-def test_sampled_tensors_on_device_and_float32():
-    buffer = make_buffer(10, chunk_size=2)
+@pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
+def test_sampled_tensors_on_device_and_float32(buffer_class):
+    buffer = make_buffer(10, buffer_class=buffer_class, chunk_size=2)
     add_offline(buffer, steps_of([(4, "terminated")], np.random.default_rng(0), first_id=0))
     batch = buffer.sample(8)
     for tensor in batch:

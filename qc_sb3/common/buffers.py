@@ -122,13 +122,14 @@ class ChunkReplayBuffer(ReplayBuffer):
         self.offline_fraction = offline_fraction
 
         self.storage_obs_dtype = np.float32 if observation_space.dtype == np.float64 else observation_space.dtype
+        self.storage_action_dtype = self.actions.dtype
         # np.zeros allocates lazily, so replacing the parent's arrays costs no memory twice.
         self.observations = np.zeros((self.buffer_size, self.n_envs, *self.obs_shape), dtype=self.storage_obs_dtype)
         self.next_observations = np.zeros_like(self.observations)
 
         self.offline_observations = np.zeros((0, *self.obs_shape), dtype=self.storage_obs_dtype)
         self.offline_next_observations = np.zeros_like(self.offline_observations)
-        self.offline_actions = np.zeros((0, self.action_dim), dtype=self.actions.dtype)
+        self.offline_actions = np.zeros((0, self.action_dim), dtype=self.storage_action_dtype)
         self.offline_rewards = np.zeros(0, dtype=np.float32)
         self.offline_terminated = np.zeros(0, dtype=np.float32)
         self.offline_episode_end = np.zeros(0, dtype=np.float32)
@@ -234,7 +235,7 @@ class ChunkReplayBuffer(ReplayBuffer):
             "observations": given["observations"].astype(self.storage_obs_dtype),
             "actions": np.clip(
                 given["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
-            ).astype(self.actions.dtype),
+            ).astype(self.storage_action_dtype),
             "rewards": given["rewards"].astype(np.float32),
             "next_observations": given["next_observations"].astype(self.storage_obs_dtype),
             "terminated": given["terminated"].astype(bool).astype(np.float32),

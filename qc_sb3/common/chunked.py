@@ -21,6 +21,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.compiled_step import CompiledLosses
+from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int, check_training_finite
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
@@ -90,7 +91,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
-    :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer (e.g. ``offline_fraction``)
+    :param replay_buffer_class: ChunkReplayBuffer (NumPy storage, the default) or a subclass, e.g.
+        :class:`~qc_sb3.common.device_buffer.DeviceChunkReplayBuffer` (storage and window sampling on ``device``)
+    :param replay_buffer_kwargs: Keyword arguments of the replay buffer (e.g. ``offline_fraction``)
     :param policy_kwargs: Additional arguments to be passed to the policy on creation
     :param stats_window_size: Window size for the rollout logging
     :param tensorboard_log: The log location for tensorboard (if None, no logging)
@@ -131,6 +134,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         offline_gradient_steps: int = 1_000_000,
         offline_log_interval: int = 1000,
         offline_sparse_rewards: bool = False,
+        replay_buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer,
         replay_buffer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -143,6 +147,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     ):
         check_positive_int("buffer_size", buffer_size)
         check_positive_int("batch_size", batch_size)
+        if not (isinstance(replay_buffer_class, type) and issubclass(replay_buffer_class, ChunkReplayBuffer)):
+            raise ValueError(f"replay_buffer_class must be ChunkReplayBuffer or a subclass, got {replay_buffer_class!r}")
         if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < tau <= 1.0:
             raise ValueError(f"tau must be a number in (0, 1], got {tau!r}")
         super().__init__(
@@ -156,7 +162,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
-            replay_buffer_class=ChunkReplayBuffer,
+            replay_buffer_class=replay_buffer_class,
             replay_buffer_kwargs=replay_buffer_kwargs,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
@@ -208,6 +214,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
         self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
         super()._setup_model()
+        if self._vec_normalize_env is not None and isinstance(self.replay_buffer, DeviceChunkReplayBuffer):
+            raise ValueError(
+                "DeviceChunkReplayBuffer does not support VecNormalize (its statistics live on the host): use "
+                "replay_buffer_class=ChunkReplayBuffer with a VecNormalize env"
+            )
         # Whether the update must also copy normalisation statistics into the targets (a BatchNorm extractor).
         self._has_running_statistics = bool(self.policy.target_running_statistics()[0])
         self._step_losses = CompiledLosses(self._losses, self.device) if self.compile_step else None

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
 
+from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.flow_q import FlowQAlgorithm
 from qc_sb3.qc.policies import MlpPolicy, QCPolicy
 
@@ -44,7 +45,9 @@ class QC(FlowQAlgorithm):
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
-    :param replay_buffer_kwargs: Keyword arguments of the ChunkReplayBuffer
+    :param replay_buffer_class: ChunkReplayBuffer (the default) or a subclass, e.g. ``DeviceChunkReplayBuffer``
+        (storage and window sampling on ``device``, for accelerators)
+    :param replay_buffer_kwargs: Keyword arguments of the replay buffer
     :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
     :param stats_window_size: Window size for the rollout logging
     :param tensorboard_log: The log location for tensorboard (if None, no logging)
@@ -82,6 +85,7 @@ class QC(FlowQAlgorithm):
         offline_gradient_steps: int = 1_000_000,
         offline_log_interval: int = 1000,
         offline_sparse_rewards: bool = False,
+        replay_buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer,
         replay_buffer_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -112,6 +116,7 @@ class QC(FlowQAlgorithm):
             offline_gradient_steps=offline_gradient_steps,
             offline_log_interval=offline_log_interval,
             offline_sparse_rewards=offline_sparse_rewards,
+            replay_buffer_class=replay_buffer_class,
             replay_buffer_kwargs=replay_buffer_kwargs,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
