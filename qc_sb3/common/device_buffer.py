@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecNormalize
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples, _Windows
@@ -32,31 +31,8 @@ class DeviceChunkReplayBuffer(ChunkReplayBuffer):
     The parameters are those of :class:`~qc_sb3.common.buffers.ChunkReplayBuffer`.
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "cpu",
-        n_envs: int = 1,
-        chunk_size: int = 5,
-        gamma: float = 0.99,
-        offline_fraction: float | None = None,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-    ):
-        super().__init__(
-            buffer_size,
-            observation_space,
-            action_space,
-            device,
-            n_envs,
-            chunk_size,
-            gamma,
-            offline_fraction,
-            optimize_memory_usage,
-            handle_timeout_termination,
-        )
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         obs_dtype = th.from_numpy(np.zeros(0, dtype=self.storage_obs_dtype)).dtype
         per_step = {
             "observations": (self.obs_shape, obs_dtype),
