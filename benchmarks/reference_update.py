@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--actor-type", choices=["distill-ddpg", "best-of-n"], required=True)
     parser.add_argument("--hidden", required=True, help="hidden widths, comma-separated (actor and critic)")
     parser.add_argument("--horizon", type=int, required=True)
+    parser.add_argument("--action-chunking", choices=["true", "false"], required=True)
     parser.add_argument("--alpha", type=float, required=True)
     parser.add_argument("--num-samples", type=int, required=True)
     parser.add_argument("--flow-steps", type=int, required=True)
@@ -61,6 +62,7 @@ def main() -> None:
         actor_hidden_dims=hidden,
         value_hidden_dims=hidden,
         horizon_length=args.horizon,
+        action_chunking=args.action_chunking == "true",
         actor_type=args.actor_type,
         alpha=args.alpha,
         actor_num_samples=args.num_samples,

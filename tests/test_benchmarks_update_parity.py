@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.update_parity import BoxEnv, load_reference_weights, replayed_draws
+from benchmarks.update_parity import BoxEnv, load_reference_weights, network_rows, replayed_draws
 from qc_sb3 import QC, QCFQL
 from tests.reference_math import dense_layers
 
@@ -148,3 +148,20 @@ def test_draws_out_of_order_or_left_over_are_reported() -> None:
     with replayed_draws([("normal", np.zeros(2)), ("uniform", np.zeros(2))]) as left:
         th.randn(2)
     assert [kind for kind, _ in left] == ["uniform"]
+
+
+def test_network_rows_leave_out_undetermined_elements_and_count_them() -> None:
+    weight = th.nn.Parameter(th.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    weight.grad = th.tensor([[0.5, 0.0], [0.0, 0.0]])
+    target = th.nn.Parameter(th.tensor([[1.0, 2.0], [3.0, 4.5]]))
+    parameters = {"critic.net.weights.0": weight, "critic_target.net.weights.0": target}
+    reference = {"critic.net.weights.0": np.array([[1.0, 2.0], [3.0, 8.0]]), "critic_target.net.weights.0": np.ones((2, 2))}
+    undetermined = {"critic.net.weights.0": np.array([[False, False], [False, True]])}
+    rows = network_rows(3, "weights", parameters, reference, undetermined)
+    # critic: the element 4 vs 8 is left out, the rest agree; the target shares the critic's mask: |3 - 1| / 1 = 2
+    assert rows == [
+        {"step": 3, "what": "weights critic (1 elements left out)", "relative": 0.0},
+        {"step": 3, "what": "weights critic_target (1 elements left out)", "relative": 2.0},
+    ]
+    gradient_rows = network_rows(3, "gradients", parameters, {"critic.net.weights.0": np.array([[1.0, 0], [0, 0]])}, {})
+    assert gradient_rows == [{"step": 3, "what": "gradients critic", "relative": 0.5}]
