@@ -1,7 +1,9 @@
 """Memory and sampling speed of ChunkReplayBuffer at the paper's scale (2M steps, 40-dim observations).
 
 Run: ``python -m benchmarks.buffer_speed``. Prints the resident memory the filled buffer holds and the median
-time of one ``sample(256)`` with h = 5, for an all-online ring and for 1M offline + 1M online steps.
+time of one ``sample(256)`` with h = 5, for an all-online ring and for 1M offline + 1M online steps. With
+``--also-device``, DeviceChunkReplayBuffer holding the same steps (on the CPU) is timed too, its calls interleaved
+with the NumPy buffer's so that both see the same load.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import statistics
 import time
 
 import numpy as np
+import torch as th
 from gymnasium import spaces
 
-from qc_sb3 import ChunkReplayBuffer
+from qc_sb3 import ChunkReplayBuffer, DeviceChunkReplayBuffer
 
 
 def resident_gib() -> float:
@@ -53,13 +56,28 @@ def offline_data(n_steps: int, obs_dim: int, action_dim: int, rng: np.random.Gen
     }
 
 
-def median_sample_ms(buffer: ChunkReplayBuffer, batch_size: int, repeats: int) -> float:
-    times = []
+def median_sample_ms(buffers: list[ChunkReplayBuffer], batch_size: int, repeats: int) -> list[float]:
+    """Median time of ``sample(batch_size)`` of each buffer, the buffers' calls interleaved, in ms."""
+    times: list[list[float]] = [[] for _ in buffers]
     for _ in range(repeats):
-        start = time.perf_counter()
-        buffer.sample(batch_size)
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+        for buffer, buffer_times in zip(buffers, times, strict=True):
+            start = time.perf_counter()
+            buffer.sample(batch_size)
+            buffer_times.append(time.perf_counter() - start)
+    return [1000 * statistics.median(buffer_times) for buffer_times in times]
+
+
+def device_copy(buffer: ChunkReplayBuffer, offline: dict[str, np.ndarray] | None) -> DeviceChunkReplayBuffer:
+    """A DeviceChunkReplayBuffer (CPU) holding the same online ring and offline data."""
+    copy = DeviceChunkReplayBuffer(
+        buffer.buffer_size, buffer.observation_space, buffer.action_space, chunk_size=buffer.chunk_size
+    )
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        getattr(copy, name).copy_(th.from_numpy(getattr(buffer, name)))
+    copy.pos, copy.full = buffer.pos, buffer.full
+    if offline is not None:
+        copy.add_offline(**offline)
+    return copy
 
 
 def main() -> None:
@@ -71,28 +89,38 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--layout", choices=["online", "offline+online"], default="online")
+    parser.add_argument("--also-device", action="store_true", help="also time DeviceChunkReplayBuffer, interleaved")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
     observation_space = spaces.Box(-np.inf, np.inf, (args.obs_dim,), np.float32)
     action_space = spaces.Box(-1.0, 1.0, (args.action_dim,), np.float32)
     before = resident_gib()
+    offline = None
     if args.layout == "online":
         buffer = ChunkReplayBuffer(args.steps, observation_space, action_space, chunk_size=args.chunk_size)
         fill_online(buffer, rng)
     else:
         half = args.steps // 2
         buffer = ChunkReplayBuffer(half, observation_space, action_space, chunk_size=args.chunk_size)
-        buffer.add_offline(**offline_data(half, args.obs_dim, args.action_dim, rng))
+        offline = offline_data(half, args.obs_dim, args.action_dim, rng)
+        buffer.add_offline(**offline)
         fill_online(buffer, rng)
     after = resident_gib()
+    buffers = [buffer, device_copy(buffer, offline)] if args.also_device else [buffer]
     np.random.seed(0)
-    sample_ms = median_sample_ms(buffer, args.batch_size, args.repeats)
+    th.manual_seed(0)
+    sample_ms = median_sample_ms(buffers, args.batch_size, args.repeats)
     print(
         f"layout={args.layout} steps={args.steps} obs_dim={args.obs_dim}: arrays {stored_gib(buffer):.2f} GiB, "
         f"resident +{after - before:.2f} GiB after filling; sample({args.batch_size}), h={args.chunk_size}: "
-        f"median {sample_ms:.3f} ms over {args.repeats}"
+        f"median {sample_ms[0]:.3f} ms over {args.repeats}"
     )
+    if args.also_device:
+        print(
+            f"DeviceChunkReplayBuffer on the CPU, same steps, calls interleaved: median {sample_ms[1]:.3f} ms "
+            f"(NumPy buffer / device buffer: {sample_ms[0] / sample_ms[1]:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -117,7 +117,10 @@ def qc_sb3_name(reference_name: str) -> tuple[str, bool] | None:
         if not reference_name.startswith(prefix + "/"):
             continue
         layer, kind = reference_name[len(prefix) + 1 :].split("/")
-        index = int(re.fullmatch(r"(?:Dense|LayerNorm)_(\d+)", layer).group(1))
+        numbered = re.fullmatch(r"(?:Dense|LayerNorm)_(\d+)", layer)
+        if numbered is None:
+            break
+        index = int(numbered.group(1))
         if module.endswith(".net"):  # qc_sb3's EnsembleMLP: (K, in, out) weights, as the flax vmap stores them
             field = {"Dense/kernel": "weights", "Dense/bias": "biases", "LayerNorm/scale": "norm_weights"}
             field["LayerNorm/bias"] = "norm_biases"

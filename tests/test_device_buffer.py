@@ -10,47 +10,22 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
+from benchmarks.window_parity import EndingEnv, random_offline_data
 from qc_sb3 import QC, QCFQL, ChunkReplayBuffer, DeviceChunkReplayBuffer
 from tests.test_buffers import add_offline, add_online, check_batch_against_brute_force, make_buffer, steps_of
 
-
-class EpisodesEnv(gym.Env):
-    """Random observations; each step terminates with probability 0.2 (wrapped in a time limit of 6 steps)."""
-
-    observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return self.np_random.normal(size=3).astype(np.float32), {}
-
-    def step(self, action):
-        observation = self.np_random.normal(size=3).astype(np.float32)
-        return observation, float(self.np_random.normal()), bool(self.np_random.random() < 0.2), False, {}
-
-
-def offline_data(n_steps: int = 60) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return {
-        "observations": rng.normal(size=(n_steps, 3)).astype(np.float32),
-        "actions": rng.uniform(-1, 1, (n_steps, 2)).astype(np.float32),
-        "rewards": rng.normal(size=n_steps).astype(np.float32),
-        "next_observations": rng.normal(size=(n_steps, 3)).astype(np.float32),
-        "terminations": np.zeros(n_steps, bool),
-        "truncations": np.arange(n_steps) % 10 == 9,
-    }
+STEPS = 200
 
 
 def make_model(algorithm: type, buffer_class: type, env=None, **kwargs):
     return algorithm(
         "MlpPolicy",
-        env if env is not None else gym.wrappers.TimeLimit(EpisodesEnv(), max_episode_steps=6),
+        env if env is not None else gym.wrappers.TimeLimit(EndingEnv(), max_episode_steps=6),
         replay_buffer_class=buffer_class,
-        offline_dataset=offline_data(),
+        offline_dataset=random_offline_data(60, np.random.default_rng(0)),
         policy_kwargs={"net_arch": [16, 16]},
         chunk_size=3,
         batch_size=16,
@@ -66,13 +41,14 @@ def test_it_stores_the_steps_sb3_stores(algorithm: type) -> None:
     buffers = {}
     for buffer_class in (ChunkReplayBuffer, DeviceChunkReplayBuffer):
         model = make_model(algorithm, buffer_class, offline_gradient_steps=0, learning_starts=1000)
-        model.learn(40)
+        model.learn(STEPS)
         buffers[buffer_class] = model.replay_buffer
     plain, device = buffers[ChunkReplayBuffer], buffers[DeviceChunkReplayBuffer]
-    assert plain.size() == device.size() == 40
+    assert plain.size() == device.size() == STEPS
     for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
-        np.testing.assert_array_equal(getattr(device, name)[:40].numpy(), getattr(plain, name)[:40], err_msg=name)
-    assert plain.timeouts[:40].sum() > 0 and (plain.dones[:40] * (1 - plain.timeouts[:40])).sum() > 0, "both endings"
+        np.testing.assert_array_equal(getattr(device, name)[:STEPS].numpy(), getattr(plain, name)[:STEPS], err_msg=name)
+    terminations = (plain.dones[:STEPS] * (1 - plain.timeouts[:STEPS])).sum()
+    assert plain.timeouts[:STEPS].sum() > 0 and terminations > 0, "both endings"
     for name in ("observations", "actions", "rewards", "terminated", "episode_end"):
         np.testing.assert_array_equal(getattr(device, f"offline_{name}").numpy(), getattr(plain, f"offline_{name}"))
 
@@ -87,7 +63,7 @@ def test_models_train_on_its_batches(algorithm: type) -> None:
 
 
 def test_vec_normalize_and_other_buffers_are_refused() -> None:
-    env = VecNormalize(DummyVecEnv([lambda: gym.wrappers.TimeLimit(EpisodesEnv(), max_episode_steps=6)]))
+    env = VecNormalize(DummyVecEnv([lambda: gym.wrappers.TimeLimit(EndingEnv(), max_episode_steps=6)]))
     with pytest.raises(ValueError, match="DeviceChunkReplayBuffer does not support VecNormalize"):
         make_model(QC, DeviceChunkReplayBuffer, env=env)
     refused = r"replay_buffer_class must be ChunkReplayBuffer or a subclass, got .*\.ReplayBuffer'>"
