@@ -43,6 +43,7 @@ from stable_baselines3.common.logger import configure
 
 from benchmarks.step_flops import step_matmul_flops
 from qc_sb3 import QC, QCFQL
+from qc_sb3.common.onednn_matmul import linear
 
 CONFIGS = {
     "default": {"net_arch": [512, 512, 512, 512], "actor_num_samples": 32},
@@ -136,10 +137,13 @@ def interleaved_seconds(
     return times
 
 
-def matmul_call() -> tuple[Callable[[], object], float]:
-    """A plain float32 8192x512 @ 512x512 matmul and its FLOP count: the machine's pace, to read the other figures by."""
-    x, w = th.randn(8192, 512), th.randn(512, 512)
-    return lambda: x @ w, 2 * 8192 * 512 * 512
+def matmul_call(device: str) -> tuple[Callable[[], object], float]:
+    """
+    A float32 8192x512 @ 512x512 product by the networks' own Linear layer (:func:`qc_sb3.common.onednn_matmul.linear`:
+    oneDNN on CPU) and its FLOP count: the machine's pace, to read the other figures by.
+    """
+    x, w, b = th.randn(8192, 512, device=device), th.randn(512, 512, device=device), th.zeros(512, device=device)
+    return lambda: linear(x, w, b), 2 * 8192 * 512 * 512
 
 
 def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray], compile_step: bool = False):
@@ -215,7 +219,7 @@ def main() -> None:
             compiled.policy.predict_chunk(observation)
             compiled_models[config_name, method] = compiled
             compile_seconds[config_name, method] = time.perf_counter() - start
-    matmul, matmul_flops = matmul_call()
+    matmul, matmul_flops = matmul_call(args.device)
     calls: dict[str, Callable[[], object]] = {"matmul": matmul}
     for (config_name, method), model in models.items():
         calls[f"{config_name} {method} step"] = lambda model=model: model.train(gradient_steps=1, batch_size=256)

@@ -1,8 +1,8 @@
 """
 Matmul FLOPs of one gradient step, counted rather than derived: PyTorch's ``FlopCounterMode`` over one ``train(1)``
 call of a copy of the model, with every network on its plain forward pass (:func:`qc_sb3.common.networks` modules'
-own differentiable code; the CPU fast paths' oneDNN calls are not counted by ``FlopCounterMode``, and compute the
-same products).
+own differentiable code with PyTorch's matmuls, :func:`~qc_sb3.common.onednn_matmul.plain_matmuls`: the CPU fast
+paths' oneDNN calls are not counted by ``FlopCounterMode``, and compute the same products).
 
 Times the steps per second of :mod:`benchmarks.speed`, this gives the achieved GFLOP/s of a step, to read against the
 plain matmul's GFLOP/s timed in the same rounds: how close a step is to the machine's matmul roof. The reference's
@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from qc_sb3.common import networks
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.onednn_matmul import plain_matmuls
 
 
 def step_matmul_flops(model: ChunkedOffPolicyAlgorithm, batch_size: int = 256) -> int:
@@ -30,6 +31,7 @@ def step_matmul_flops(model: ChunkedOffPolicyAlgorithm, batch_size: int = 256) -
     :return: FLOPs of the matmuls of one ``train(gradient_steps=1)`` call
     """
     scratch = copy.deepcopy(model)
-    with mock.patch.object(networks, "inference_path", return_value="plain"), FlopCounterMode(display=False) as counter:
+    plain_forward = mock.patch.object(networks, "inference_path", return_value="plain")
+    with plain_forward, plain_matmuls(), FlopCounterMode(display=False) as counter:
         scratch.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops()

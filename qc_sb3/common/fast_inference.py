@@ -8,7 +8,8 @@ computations):
 
 * scratch memory: the hidden activations of a module live in two reusable blocks (fresh tensors per layer cost
   page faults), written by in-place GELU and LayerNorm kernels;
-* oneDNN: a Linear -> GELU(tanh) layer as one ``th.ops.mkldnn._linear_pointwise`` call (about 15% faster);
+* oneDNN: a Linear -> GELU(tanh) layer as one ``th.ops.mkldnn._linear_pointwise`` call (about 15% faster on an
+  Intel Xeon; on CPUs where oneDNN's matmul beats the BLAS's, :mod:`qc_sb3.common.onednn_matmul`, much more);
 * the fused Euler sampler: the whole flow integration as one oneDNN call per hidden layer and one matmul per step.
 
 :func:`inference_path` decides which of them a forward pass takes.
@@ -20,6 +21,8 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 import torch as th
+
+from qc_sb3.common.onednn_matmul import uses_onednn
 
 if TYPE_CHECKING:
     from qc_sb3.common.networks import MLP, EnsembleMLP, FlowVectorField
@@ -34,7 +37,7 @@ _HAS_FUSED_LINEAR_GELU = th.backends.mkldnn.is_available() and hasattr(th.ops.mk
 
 
 def inference_path(
-    x: th.Tensor, hidden_layers: int, gelu_then_layer_norm: bool, layer_norm: bool, fusable: bool
+    x: th.Tensor, hidden_layers: int, gelu_then_layer_norm: bool, layer_norm: bool, ensemble: bool
 ) -> InferencePath:
     """
     Which forward pass a network runs on ``x``; every module asks here.
@@ -43,21 +46,26 @@ def inference_path(
       PyTorch's fused kernels better than these multi-pass ones), or ``torch.compile`` is tracing (it fuses the
       plain ops itself and cannot trace the scratch memory), or the network has no hidden layer, or its layers
       are not Linear -> GELU(tanh) [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
-    * ``"fused"``: a single network (``fusable``) without LayerNorm on float32 CPU tensors, when PyTorch ships the
-      oneDNN op: each hidden layer is one oneDNN Linear -> GELU(tanh) call (LayerNorm cannot be fused into it);
+    * ``"fused"``: on float32 CPU tensors, when PyTorch ships the oneDNN op, each hidden layer is one oneDNN
+      Linear -> GELU(tanh) call: a single network without LayerNorm (which cannot be fused into the call), or an
+      ensemble, member after member, with its LayerNorms in place on each call's output, where oneDNN's matmul
+      runs the layers (:func:`~qc_sb3.common.onednn_matmul.uses_onednn`; otherwise the in-place path's batched
+      matmul is faster);
     * ``"in_place"``: otherwise, the in-place kernels on the module's scratch memory.
 
     :param x: The network's input
     :param hidden_layers: Number of hidden layers of the network
     :param gelu_then_layer_norm: Whether each hidden layer is Linear -> GELU(tanh) [-> LayerNorm]
     :param layer_norm: Whether the hidden layers have a LayerNorm
-    :param fusable: Whether the network is a single MLP (ensembles are batched matmuls, which oneDNN does not fuse)
+    :param ensemble: Whether the network is an ensemble of MLPs on a shared input
     :return: The path
     """
     plain_network = hidden_layers == 0 or not gelu_then_layer_norm
     if th.is_grad_enabled() or th.compiler.is_compiling() or x.device.type != "cpu" or plain_network:
         return "plain"
-    if fusable and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
+    if ensemble and uses_onednn(x):
+        return "fused"
+    if not ensemble and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
         return "fused"
     return "in_place"
 
@@ -133,6 +141,11 @@ def _linear_gelu(h: th.Tensor, weight: th.Tensor, bias: th.Tensor) -> th.Tensor:
     return th.ops.mkldnn._linear_pointwise(h, weight, bias, "gelu", [], "tanh")
 
 
+def _linear(h: th.Tensor, weight: th.Tensor, bias: th.Tensor | None) -> th.Tensor:
+    """A Linear layer as one oneDNN call (``weight`` of shape ``(out, in)``, possibly a transposed view)."""
+    return th.ops.mkldnn._linear_pointwise(h, weight, bias, "none", [], "")
+
+
 def fused_mlp_forward(mlp: MLP, h: th.Tensor) -> th.Tensor:
     """
     :class:`~qc_sb3.common.networks.MLP` on the ``"fused"`` path.
@@ -144,7 +157,7 @@ def fused_mlp_forward(mlp: MLP, h: th.Tensor) -> th.Tensor:
     for linear in mlp.linears[:-1]:
         h = _linear_gelu(h, linear.weight, linear.bias)
     last = mlp.linears[-1]
-    return th.addmm(last.bias, h, last.weight.T)
+    return _linear(h, last.weight, last.bias)
 
 
 def in_place_mlp_from_first_layer(mlp: MLP, pre: th.Tensor) -> th.Tensor:
@@ -214,6 +227,35 @@ def in_place_ensemble_forward(
     return h
 
 
+def fused_ensemble_forward(
+    x: th.Tensor,
+    weights: list[th.Tensor],
+    biases: list[th.Tensor],
+    scales: list[th.Tensor],
+    offsets: list[th.Tensor],
+) -> th.Tensor:
+    """
+    :class:`~qc_sb3.common.networks.EnsembleMLP` (Linear -> GELU(tanh) [-> LayerNorm]) on the ``"fused"`` path:
+    each member in turn, each hidden layer one oneDNN Linear -> GELU(tanh) call whose output is normalised in place.
+
+    :param x: Inputs of shape ``(B, input_dim)``, shared by the members
+    :param weights: Its weights ``(K, in, out)`` per layer
+    :param biases: Its biases ``(K, out)`` per layer
+    :param scales: Its LayerNorm scales ``(K, out)`` per hidden layer (empty: no LayerNorm)
+    :param offsets: Its LayerNorm offsets, likewise
+    :return: Outputs of shape ``(K, B, output_dim)``
+    """
+    outputs = []
+    for k in range(weights[0].shape[0]):
+        h = x
+        for i in range(len(weights) - 1):
+            h = _linear_gelu(h, weights[i][k].T, biases[i][k])  # a transposed view: oneDNN reads it in place
+            if scales:
+                h = layer_norm_(h, scales[i][k], offsets[i][k])
+        outputs.append(_linear(h, weights[-1][k].T, biases[-1][k]))
+    return th.stack(outputs)
+
+
 def fused_euler(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
     """
     :func:`~qc_sb3.common.networks.euler_flow_actions` (docs/algorithms.md §3) on the ``"fused"`` path of the
@@ -240,7 +282,6 @@ def fused_euler(vector_field: FlowVectorField, observations: th.Tensor, noise: t
     # Time column w_t + W_x b_L: the time step also carries t_i b_L through the first layer.
     th.addmv(first.weight[:, -1], first.weight[:, actions_in], last.bias, out=first_weight[:, -1])
     hidden = [(first_weight, first.bias), *((linear.weight, linear.bias) for linear in linears[1:-1])]
-    last_weight_t = last.weight.T
     inputs = th.cat((observations, noise, noise.new_zeros(noise.shape[0], 1)), dim=1)  # concat[s, y_0, t_0]
     action_columns, time_column = inputs[:, actions_in], inputs[:, -1]
     y = noise
@@ -251,5 +292,5 @@ def fused_euler(vector_field: FlowVectorField, observations: th.Tensor, noise: t
         h = inputs
         for weight, bias in hidden:
             h = _linear_gelu(h, weight, bias)
-        y = th.addmm(y, h, last_weight_t, alpha=1.0 / flow_steps)
+        y = th.add(y, _linear(h, last.weight, None), alpha=1.0 / flow_steps)
     return y.add_(last.bias).clamp_(-1.0, 1.0)

@@ -1,8 +1,10 @@
 """
 Networks of the Q-chunking reference (docs/algorithms.md §2) and the flow samplers built on them (§3).
 
-Each module is written with plain, differentiable PyTorch ops; without autograd, forward passes may take the CPU
-fast paths of :mod:`qc_sb3.common.fast_inference` (same values to float32 rounding), which
+Each module is written with plain, differentiable PyTorch ops; their Linear layers are
+:func:`~qc_sb3.common.onednn_matmul.linear` and :func:`~qc_sb3.common.onednn_matmul.ensemble_linear` (``addmm`` and
+``baddbmm``, or oneDNN's matmul on CPU). Without autograd, forward passes may take the CPU fast paths of
+:mod:`qc_sb3.common.fast_inference` (same values to float32 rounding), which
 :func:`~qc_sb3.common.fast_inference.inference_path` chooses.
 """
 
@@ -17,6 +19,8 @@ from torch import nn
 from qc_sb3.common import fast_inference
 from qc_sb3.common.compiled_step import run_eagerly_on_cpu, traced_gelu_tanh
 from qc_sb3.common.fast_inference import LAYER_NORM_EPS, inference_path
+from qc_sb3.common.onednn_matmul import ensemble_linear
+from qc_sb3.common.onednn_matmul import linear as linear_layer
 
 
 def gelu_tanh(x: th.Tensor) -> th.Tensor:
@@ -84,7 +88,7 @@ class MLP(nn.Module):
             reference_init_(linear.weight, linear.bias)
 
     def _path(self, x: th.Tensor) -> fast_inference.InferencePath:
-        return inference_path(x, len(self.linears) - 1, True, self.norms is not None, fusable=True)
+        return inference_path(x, len(self.linears) - 1, True, self.norms is not None, ensemble=False)
 
     def forward(self, x: th.Tensor) -> th.Tensor:
         """
@@ -96,7 +100,7 @@ class MLP(nn.Module):
             out = fast_inference.fused_mlp_forward(self, h)
         else:
             first = self.linears[0]
-            out = self.forward_from_first_layer(th.addmm(first.bias, h, first.weight.T))
+            out = self.forward_from_first_layer(linear_layer(h, first.weight, first.bias))
         return out.view(*x.shape[:-1], self.linears[-1].out_features)
 
     def forward_from_first_layer(self, pre: th.Tensor) -> th.Tensor:
@@ -114,7 +118,7 @@ class MLP(nn.Module):
             h = gelu_tanh(h)
             if self.norms is not None:
                 h = layer_norm(h, self.norms[i].weight, self.norms[i].bias)
-            h = th.addmm(linear.bias, h, linear.weight.T)
+            h = linear_layer(h, linear.weight, linear.bias)
         return h
 
 
@@ -167,17 +171,20 @@ class EnsembleMLP(nn.Module):
         parameters = [self.weights, self.biases, self.norm_weights or [], self.norm_biases or []]
         weights, biases, scales, offsets = ([p.detach() if frozen else p for p in group] for group in parameters)
         last = len(weights) - 1
-        if inference_path(x, last, self._gelu_then_layer_norm, bool(scales), fusable=False) == "in_place":
+        path = inference_path(x, last, self._gelu_then_layer_norm, bool(scales), ensemble=True)
+        if path == "fused":
+            return fast_inference.fused_ensemble_forward(x, weights, biases, scales, offsets)
+        if path == "in_place":
             return fast_inference.in_place_ensemble_forward(self, x, weights, biases, scales, offsets)
         h = x.expand(self.n_members, *x.shape)  # a stride-0 view: one batched matmul for all members
         for i in range(last):
-            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i])
+            h = ensemble_linear(h, weights[i], biases[i])
             if scales and self.norm_before_activation:
                 h = layer_norm(h, scales[i].unsqueeze(1), offsets[i].unsqueeze(1))
             h = self.activation(h)
             if scales and not self.norm_before_activation:
                 h = layer_norm(h, scales[i].unsqueeze(1), offsets[i].unsqueeze(1))
-        return th.baddbmm(biases[last].unsqueeze(1), h, weights[last])
+        return ensemble_linear(h, weights[last], biases[last])
 
 
 class CriticEnsemble(nn.Module):
