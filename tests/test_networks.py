@@ -24,12 +24,15 @@ from qc_sb3.common.networks import (
     euler_flow_actions,
     reference_init_,
 )
+from qc_sb3.common.onednn_matmul import MIN_ROWS
 from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
 
 from reference_math import Layers, critic_values, dense_layers, gelu_tanh, member_layers, mlp_layers, numpy_of
 
 # Forward passes run with autograd on, under no_grad and under inference_mode (the latter two share a fast path).
 GRAD_MODES = {"grad": th.enable_grad, "no_grad": th.no_grad, "inference_mode": th.inference_mode}
+# Batches of a few rows take the BLAS, of MIN_ROWS and more oneDNN's matmul (qc_sb3.common.onednn_matmul).
+ROWS = [5, MIN_ROWS + 3]
 
 
 def grad_mode(name: str) -> AbstractContextManager:
@@ -55,18 +58,19 @@ def assert_close(actual: th.Tensor, expected: th.Tensor, tol: float = 2e-5) -> N
 # ---------------------------------------------------------------------------------------------------- forward passes
 
 
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("mode", GRAD_MODES)
 @pytest.mark.parametrize("layer_norm", [False, True])
-def test_mlp_matches_hand_forward(layer_norm: bool, mode: str) -> None:
+def test_mlp_matches_hand_forward(layer_norm: bool, mode: str, rows: int) -> None:
     generator = th.Generator().manual_seed(0)
     th.manual_seed(0)
     mlp = MLP(6, (16, 24, 8), 3, layer_norm=layer_norm)
     randomize_(mlp, generator)
     # Leading batch dimensions, and inputs large enough to reach GELU's saturated tails.
-    x = 4.0 * th.randn(2, 5, 6, generator=generator)
+    x = 4.0 * th.randn(2, rows, 6, generator=generator)
     with grad_mode(mode):
         out = mlp(x)
-    assert out.shape == (2, 5, 3)
+    assert out.shape == (2, rows, 3)
     assert_close(out, mlp_by_hand(x, *mlp_layers(mlp)))
 
 
@@ -80,28 +84,30 @@ def test_mlp_layer_recipe() -> None:
     assert MLP(5, (7, 9), 2).norms is None
 
 
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("mode", GRAD_MODES)
 @pytest.mark.parametrize("layer_norm", [False, True])
-def test_ensemble_mlp_matches_per_member_hand_forward(layer_norm: bool, mode: str) -> None:
+def test_ensemble_mlp_matches_per_member_hand_forward(layer_norm: bool, mode: str, rows: int) -> None:
     generator = th.Generator().manual_seed(1)
     th.manual_seed(1)
     net = EnsembleMLP(3, 6, (16, 24, 8), 2, layer_norm=layer_norm)
     randomize_(net, generator)
-    x = 3.0 * th.randn(11, 6, generator=generator)
+    x = 3.0 * th.randn(rows, 6, generator=generator)
     with grad_mode(mode):
         out = net(x)
-    assert out.shape == (3, 11, 2)
+    assert out.shape == (3, rows, 2)
     for k in range(3):
         assert_close(out[k], mlp_by_hand(x, *member_layers(net, k)))
 
 
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("mode", GRAD_MODES)
-def test_rlpd_critic_is_the_ensemble_with_layer_norm_before_relu(mode: str) -> None:
+def test_rlpd_critic_is_the_ensemble_with_layer_norm_before_relu(mode: str, rows: int) -> None:
     generator = th.Generator().manual_seed(3)
     th.manual_seed(3)
     critic = LayerNormReLUCriticEnsemble(4, 3, hidden_dims=(16, 8), n_critics=3)
     randomize_(critic, generator)
-    observations, actions = 3.0 * th.randn(6, 4, generator=generator), th.randn(6, 3, generator=generator)
+    observations, actions = 3.0 * th.randn(rows, 4, generator=generator), th.randn(rows, 3, generator=generator)
     with grad_mode(mode):
         q = critic(observations, actions)
     expected = [critic_values(critic, numpy_of(o), numpy_of(a)) for o, a in zip(observations, actions, strict=True)]
@@ -119,16 +125,17 @@ def test_ensemble_mlp_parameter_layout() -> None:
     assert EnsembleMLP(4, 5, (7, 9), 2).norm_weights is None
 
 
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("mode", GRAD_MODES)
-def test_critic_ensemble_is_q_of_concatenated_state_action(mode: str) -> None:
+def test_critic_ensemble_is_q_of_concatenated_state_action(mode: str, rows: int) -> None:
     generator = th.Generator().manual_seed(2)
     th.manual_seed(2)
     critic = CriticEnsemble(5, 4, hidden_dims=(16, 16), n_critics=3)
     randomize_(critic, generator)
-    observations, actions = th.randn(7, 5, generator=generator), th.randn(7, 4, generator=generator)
+    observations, actions = th.randn(rows, 5, generator=generator), th.randn(rows, 4, generator=generator)
     with grad_mode(mode):
         q = critic(observations, actions)
-    assert q.shape == (3, 7)
+    assert q.shape == (3, rows)
     assert critic.n_critics == 3
     for k in range(3):
         expected = mlp_by_hand(th.cat((observations, actions), dim=1), *member_layers(critic.net, k))

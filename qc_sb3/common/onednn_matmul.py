@@ -9,8 +9,9 @@ the backward pass; it computes the same products (float32, same values to roundi
 and oneDNN otherwise (from :data:`MIN_ROWS` rows: a oneDNN call has a larger fixed cost), unless
 :func:`plain_matmuls` is in force (for tests and for the benchmarks' A/B).
 
-Measured with ``python -m benchmarks.matmul_speed``: on the AMD EPYC (Zen 4) development machine, one thread,
-(256 x 256) @ (256 x 256), MKL about 75 GFLOP/s and oneDNN about 150 for the forward and both backward products.
+Measured with ``python -m benchmarks.matmul_speed`` (``benchmarks/data/matmul-speed-cpu-2026-12-02.txt``): on the
+AMD EPYC (Zen 4) development machine, one thread, (256 x 256) @ (256 x 256), MKL about 90 GFLOP/s, oneDNN 170-180
+for the forward and input-gradient products and about 140 for the weight gradient.
 
 oneDNN has no batched float32 matmul that PyTorch exposes, so an ensemble's layer is one oneDNN call per member
 (K calls where ``baddbmm`` makes one); inside a compiled graph the calls are unrolled.
