@@ -26,7 +26,8 @@ from typing import Any
 import torch as th
 
 _HAS_ONEDNN = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
-# A oneDNN call costs about 15 us more than a BLAS one: below this many rows (a decision's few), the BLAS is faster.
+# A oneDNN call has a larger fixed cost than a BLAS one: at 8 rows (a decision's few) it is 0.4-0.9x the BLAS's speed,
+# at 32 rows 0.8-1.3x (benchmarks/data/matmul-speed-rows-cpu-2026-12-02.txt); below this many rows the BLAS stays.
 MIN_ROWS = 32
 _plain_forced = False
 
