@@ -1,10 +1,12 @@
-"""Speed of QC and QC-FQL: gradient steps per second and the latency of one chunk decision.
+"""Speed of QC, QC-FQL and RLPD-AC: gradient steps per second and the latency of one chunk decision.
 
-Run: ``python -m benchmarks.speed [--device cpu] [--rounds 5] [--repeats 10]``. Two configurations: the paper's
-default (obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256, N 8). A gradient step is one
+Run: ``python -m benchmarks.speed [--device cpu] [--rounds 5] [--repeats 10] [--methods QC QCFQL RLPDAC]``. Two
+configurations: the paper's default (obs 40, A 5, h 5, 4 x 512, N 32, T 10, B 256, K 2) and a small one (2 x 256,
+N 8); RLPD-AC (``--methods RLPDAC``, not timed by default) is RLPD over chunks of h 5 with the paper's K 10 critics at
+the configuration's widths, its buffer's online half filled by random actions first. A gradient step is one
 ``train(1)`` call (batch sampling, every loss, backward, optimizer and target updates); a decision is one observation
--> one best-of-N or one-step chunk (``policy.predict_chunk``). Every figure is the median (and the best) of all timed
-calls, from one run.
+-> one chunk (``policy.predict_chunk``: best-of-N, one-step, or the SAC actor's). Every figure is the median (and the
+best) of all timed calls, from one run.
 
 The shared development machine changes pace by up to 40% from one minute to the next, so the models take turns:
 each round times a block of ``--repeats`` consecutive calls of every model (after two untimed ones), and a slow
@@ -20,7 +22,17 @@ figure from another machine or another hour is no baseline.
 ``--compile-step`` also times a copy of every model built with ``compile_step=True`` (the same weights), in the same
 rounds, and prints its steps/s and decision latency and their ratios to the eager ones; each copy's compiles (its
 first ``train()`` and its first decision, with inductor's on-disk cache as this process finds it) are timed once,
-before the rounds.
+before the rounds. RLPD has no ``compile_step``: compiled, its step was slower than eager (0.65x at 2 x 256, 0.77x
+at 4 x 512, interleaved; inductor's fused LayerNorm kernels over the stacked members of its 10-critic ensemble took
+most of the step).
+
+``--first-step`` measures instead the wall time from a fresh process's start to its first finished gradient step
+(interpreter start, imports, building the model with its offline data, the first ``train(1)``, which compiles where
+it does): qc_sb3 eager, and compiled (not RLPD-AC) with inductor's on-disk cache empty (a fresh cache folder) and
+then warm (the same folder again); the reference, where it is given, from its interpreter's start through importing
+its agent, ``create`` and the first ``update`` (its JIT compile; JAX keeps no compile cache between processes by
+default), on a batch of the harness's ``make_batch``. Each is timed ``--first-step-runs`` times, alternating, and
+the median printed.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +56,7 @@ from gymnasium import spaces
 from stable_baselines3.common.logger import configure
 
 from benchmarks.step_flops import step_matmul_flops
-from qc_sb3 import QC, QCFQL
+from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.onednn_matmul import linear
 
 CONFIGS = {
@@ -50,6 +64,10 @@ CONFIGS = {
     "small": {"net_arch": [256, 256], "actor_num_samples": 8},
 }
 OBS_DIM, ACTION_DIM, CHUNK_SIZE = 40, 5, 5
+METHODS = ("QC", "QCFQL", "RLPDAC")
+# Online env steps of random actions that fill an RLPD-AC model's buffer before it is timed (its batches are half
+# online windows).
+RLPD_ONLINE_STEPS = 1000
 
 
 class ConstantEnv(gym.Env):
@@ -78,7 +96,7 @@ def random_dataset(n_steps: int = 20_000, episode_length: int = 500) -> dict[str
     }
 
 
-def reference_figures(python: str, harness: str, root: str, config: dict, method: str) -> tuple[float, float, float]:
+def reference_figures(python: str, harness: str, root: str, config: dict, method: str) -> tuple[float, float, float, float]:
     """
     Time the reference agent of one configuration in a subprocess of its own environment.
 
@@ -86,22 +104,30 @@ def reference_figures(python: str, harness: str, root: str, config: dict, method
     :param harness: The timing script (prints ``RESULT {json}`` lines)
     :param root: The reference's code
     :param config: One of :data:`CONFIGS`
-    :param method: "QC" (best-of-N) or "QCFQL" (distill-DDPG)
-    :return: Gradient steps per second (median), the decision latency in ms (median), and the harness's analytic
-        matmul GFLOP per update
+    :param method: "QC" (best-of-N), "QCFQL" (distill-DDPG) or "RLPDAC" (the reference's ``acrlpd``)
+    :return: Gradient steps per second (median), the decision latency in ms (median), the harness's analytic
+        matmul GFLOP per update, and the seconds of its first update (the JIT compile)
     """
-    actor = ["--actor_type", "best-of-n", "--num_samples", str(config["actor_num_samples"])]
     command = [
-        python, harness, "--qc_root", root, "--agent", "acfql", "--modes", "update,sample",
+        python, harness, "--qc_root", root, "--modes", "update,sample",
         "--hidden", ",".join(map(str, config["net_arch"])), "--horizon", str(CHUNK_SIZE),
-        "--obs_dim", str(OBS_DIM), "--act_dim", str(ACTION_DIM),
-        *(actor if method == "QC" else ["--actor_type", "distill-ddpg"]),
+        "--obs_dim", str(OBS_DIM), "--act_dim", str(ACTION_DIM), *reference_agent_options(config, method),
     ]  # fmt: skip
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     records = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("RESULT ")]
     update = next(r for r in records if r["kind"] == "update")
     sample = next(r for r in records if r["kind"] == "sample_actions")
-    return update["steps_per_s"]["headline"], sample["latency_ms"]["median"], update["analytic_gflop_per_update"]
+    figures = update["steps_per_s"]["headline"], sample["latency_ms"]["median"], update["analytic_gflop_per_update"]
+    return (*figures, update["first_call_s"])
+
+
+def reference_agent_options(config: dict, method: str) -> list[str]:
+    """The harness's options that choose the reference agent of ``method`` (K is the agent's default: 2, or 10)."""
+    if method == "RLPDAC":
+        return ["--agent", "acrlpd"]
+    if method == "QC":
+        return ["--agent", "acfql", "--actor_type", "best-of-n", "--num_samples", str(config["actor_num_samples"])]
+    return ["--agent", "acfql", "--actor_type", "distill-ddpg"]
 
 
 def machine_name() -> str:
@@ -147,19 +173,40 @@ def matmul_call(device: str) -> tuple[Callable[[], object], float]:
 
 
 def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray], compile_step: bool = False):
+    """
+    A model of one method and configuration on random offline data, its logger silent, ready for ``train(1)``.
+
+    :param method: "QC", "QCFQL" or "RLPDAC"
+    :param config: One of :data:`CONFIGS`
+    :param device: Its device
+    :param dataset: Offline data (:func:`random_dataset`)
+    :param compile_step: Build it with ``compile_step=True`` (QC and QC-FQL)
+    :return: The model
+    """
     kwargs = {
         "policy_kwargs": {"net_arch": config["net_arch"]},
         "chunk_size": CHUNK_SIZE,
         "device": device,
         "seed": 0,
-        "compile_step": compile_step,
     }
+    if method == "RLPDAC":
+        if compile_step:
+            raise ValueError("RLPD-AC has no compile_step")
+        model = RLPD("MlpPolicy", ConstantEnv(), offline_dataset=dataset, learning_starts=RLPD_ONLINE_STEPS, **kwargs)
+        model.set_logger(configure(None, []))
+        model.learn(RLPD_ONLINE_STEPS)  # random actions only (learning_starts): the buffer's online half, no update
+        return model
     if method == "QC":
         model = QC(
-            "MlpPolicy", ConstantEnv(), offline_dataset=dataset, actor_num_samples=config["actor_num_samples"], **kwargs
+            "MlpPolicy",
+            ConstantEnv(),
+            offline_dataset=dataset,
+            actor_num_samples=config["actor_num_samples"],
+            compile_step=compile_step,
+            **kwargs,
         )
     else:
-        model = QCFQL("MlpPolicy", ConstantEnv(), offline_dataset=dataset, **kwargs)
+        model = QCFQL("MlpPolicy", ConstantEnv(), offline_dataset=dataset, compile_step=compile_step, **kwargs)
     model.set_logger(configure(None, []))
     return model
 
@@ -184,10 +231,116 @@ def print_roof(
         achieved = gflop / statistics.median(times[f"{config_name} {method} step"])
         figures = f"{config_name:8s} {method:6s} {gflop:11.2f} {achieved:8.1f} {achieved / matmul_rate:9.0%}"
         if (config_name, method) in reference:
-            reference_steps, _, reference_gflop = reference[config_name, method]
+            reference_steps, _, reference_gflop, _ = reference[config_name, method]
             reference_achieved = reference_gflop * reference_steps
             figures += f" {reference_achieved:10.1f} {reference_achieved / matmul_rate:9.0%}"
         print(figures)
+
+
+# A fresh process's first gradient step: qc_sb3's, and the reference's (through the timing harness's make_batch).
+OURS_FIRST_STEP = """
+from benchmarks.speed import CONFIGS, build, random_dataset
+model = build({method!r}, CONFIGS[{config!r}], "cpu", random_dataset(), compile_step={compile_step!r})
+model.train(gradient_steps=1, batch_size=256)
+print("FIRST_STEP_DONE", flush=True)
+"""
+REFERENCE_FIRST_STEP = """
+import sys
+sys.path[:0] = [{harness_folder!r}, {root!r}]
+import jax
+import numpy as np
+from bench_ref import make_batch
+if {agent!r} == "acrlpd":
+    from agents.acrlpd import ACRLPDAgent as Agent, get_config
+else:
+    from agents.acfql import ACFQLAgent as Agent, get_config
+config = get_config()
+config.update({settings!r})
+agent = Agent.create(0, np.zeros({obs_dim}, np.float32), np.zeros({action_dim}, np.float32), config)
+agent, info = agent.update(make_batch(np.random.default_rng(0), 256, {chunk_size}, {obs_dim}, {action_dim}))
+jax.block_until_ready((agent, info))
+print("FIRST_STEP_DONE", flush=True)
+"""
+
+
+def seconds_to_first_step(command: list[str], cwd: str, env: dict[str, str] | None = None) -> float:
+    """
+    Wall time from starting ``command`` to the line ``FIRST_STEP_DONE`` on its output.
+
+    :param command: A python interpreter and its program
+    :param cwd: Its working folder
+    :param env: Its environment (default: this process's)
+    :return: Seconds
+    """
+    with tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
+        assert process.stdout is not None
+        elapsed = next((time.perf_counter() - start for line in process.stdout if line.startswith("FIRST_STEP_DONE")), None)
+        process.wait()
+        if elapsed is None:
+            errors.seek(0)
+            message = f"{command[0]} exited with {process.returncode} before its first step"
+            raise RuntimeError(f"{message}:\n{errors.read()[-2000:]}")
+    return elapsed
+
+
+def reference_first_step_program(harness: str, root: str, config: dict, method: str) -> str:
+    """The reference's first update in a program of its own, the agent configured as the timing harness does."""
+    settings = {
+        "horizon_length": CHUNK_SIZE,
+        "actor_hidden_dims": tuple(config["net_arch"]),
+        "value_hidden_dims": tuple(config["net_arch"]),
+        "batch_size": 256,
+    }
+    if method != "RLPDAC":
+        actor_type = "best-of-n" if method == "QC" else "distill-ddpg"
+        settings.update(actor_type=actor_type, actor_num_samples=config["actor_num_samples"])
+    return REFERENCE_FIRST_STEP.format(
+        harness_folder=str(Path(harness).resolve().parent),
+        root=str(Path(root).resolve()),
+        agent="acrlpd" if method == "RLPDAC" else "acfql",
+        settings=settings,
+        obs_dim=OBS_DIM,
+        action_dim=ACTION_DIM,
+        chunk_size=CHUNK_SIZE,
+    )
+
+
+def print_first_steps(configs: list[str], methods: list[str], runs: int, reference_options: tuple) -> None:
+    """
+    Median seconds from a fresh process's start to its first finished gradient step, per model and way of running
+    it (see the module's docstring), each timed ``runs`` times in turn.
+    """
+    repository = str(Path(__file__).resolve().parent.parent)
+    seconds: dict[tuple[str, str, str], list[float]] = {}
+    for _ in range(runs):
+        for config_name in configs:
+            for method in methods:
+                ours = [("eager", False)] if method == "RLPDAC" else [("eager", False), ("compiled", True)]
+                for label, compile_step in ours:
+                    program = OURS_FIRST_STEP.format(method=method, config=config_name, compile_step=compile_step)
+                    command = [sys.executable, "-c", program]
+                    if not compile_step:
+                        seconds.setdefault((config_name, method, label), []).append(seconds_to_first_step(command, repository))
+                        continue
+                    with tempfile.TemporaryDirectory() as cache:  # inductor's cache: empty, then as the first left it
+                        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                        for state in ("cold cache", "warm cache"):
+                            seconds.setdefault((config_name, method, f"{label}, {state}"), []).append(
+                                seconds_to_first_step(command, repository, env)
+                            )
+                if all(reference_options):
+                    python, harness, root = reference_options
+                    program = reference_first_step_program(harness, root, CONFIGS[config_name], method)
+                    seconds.setdefault((config_name, method, "reference"), []).append(
+                        seconds_to_first_step([python, "-c", program], root)
+                    )
+    print(f"{machine_name()}; torch {th.__version__}; seconds from a process's start to its first gradient step")
+    print(f"{'config':8s} {'method':6s} {'run':28s} {'median s':>9s}  all")
+    for (config_name, method, label), values in seconds.items():
+        every = ", ".join(f"{value:.1f}" for value in values)
+        print(f"{config_name:8s} {method:6s} {label:28s} {statistics.median(values):9.1f}  {every}")
 
 
 def main() -> None:
@@ -196,15 +349,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all models")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per model and round")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=["QC", "QCFQL"])
+    parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=METHODS)
     parser.add_argument("--compile-step", action="store_true", help="also time the step with compile_step=True")
     parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
     parser.add_argument("--reference-harness", help="script that times the reference agents (RESULT lines)")
     parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
+    parser.add_argument("--first-step", action="store_true", help="time fresh processes to their first step instead")
+    parser.add_argument("--first-step-runs", type=int, default=3, help="processes per model and way, with --first-step")
     args = parser.parse_args()
     reference_options = (args.reference_python, args.reference_harness, args.reference_root)
     if any(reference_options) and not all(reference_options):
         parser.error("--reference-python, --reference-harness and --reference-root go together")
+    if args.first_step:
+        if args.device != "cpu":
+            parser.error("--first-step times CPU processes only")
+        print_first_steps(args.configs, args.methods, args.first_step_runs, reference_options)
+        return
 
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
@@ -212,6 +372,8 @@ def main() -> None:
     compiled_models, compile_seconds = {}, {}
     if args.compile_step:
         for (config_name, method), model in models.items():
+            if method == "RLPDAC":
+                continue
             compiled = build(method, CONFIGS[config_name], args.device, dataset, compile_step=True)
             compiled.policy.load_state_dict(model.policy.state_dict())
             start = time.perf_counter()
@@ -248,7 +410,7 @@ def main() -> None:
     for config_name, method in models:
         step_times, decision_times = times[f"{config_name} {method} step"], times[f"{config_name} {method} decision"]
         steps_per_second, decision_ms = 1 / statistics.median(step_times), 1000 * statistics.median(decision_times)
-        reference_steps, reference_ms, _ = reference.get((config_name, method), (None, None, None))
+        reference_steps, reference_ms, _, _ = reference.get((config_name, method), (None, None, None, None))
         step_figures = (
             f"{reference_steps:10.2f} {steps_per_second / reference_steps:6.2f}x"
             if reference_steps
