@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -38,9 +39,12 @@ from qc_sb3.common.fast_inference import GELU_CUBIC, GELU_SCALE
 T = TypeVar("T")
 Losses = Callable[[T], dict[str, th.Tensor]]
 
-# Inductor options: eager random kernels (the same stream as the eager step); no pool of compile workers (the
-# compile is one graph, and training processes usually have every core busy).
-INDUCTOR_OPTIONS = {"fallback_random": True, "compile_threads": 1}
+# Inductor options: eager random kernels (the same stream as the eager step); a pool of at most two compile workers,
+# which builds a cold compile's C++ kernels in parallel (on the 2-core development machine, a small QC model's first
+# train() on an empty inductor cache took a median 20.8 s with two workers against 30.1 s with none, three fresh
+# processes each, alternating: benchmarks/data/compile-threads-cpu-2026-12-02.txt), and no larger, so that parallel
+# training processes on a many-core machine do not each start a pool as wide as the machine.
+INDUCTOR_OPTIONS = {"fallback_random": True, "compile_threads": min(2, os.cpu_count() or 1)}
 
 # Whether compiled code traces the samplers that ``run_eagerly_on_cpu`` marks (True while a compiled decision,
 # qc_sb3.common.compiled_decision, runs): ``torch.compile`` guards on this value.
