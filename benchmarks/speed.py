@@ -23,8 +23,8 @@ figure from another machine or another hour is no baseline.
 rounds, and prints its steps/s and decision latency and their ratios to the eager ones; each copy's compiles (its
 first ``train()`` and its first decision, with inductor's on-disk cache as this process finds it) are timed once,
 before the rounds. RLPD has no ``compile_step``: compiled, its step was slower than eager (0.65x at 2 x 256, 0.77x
-at 4 x 512, interleaved; inductor's fused LayerNorm kernels over the stacked members of its 10-critic ensemble took
-most of the step).
+at 4 x 512, interleaved: benchmarks/data/rlpd-compiled-cpu-2026-12-02.txt; inductor's fused LayerNorm kernels over
+the stacked members of its 10-critic ensemble took most of the step).
 
 ``--first-step`` measures instead the wall time from a fresh process's start to its first finished gradient step
 (interpreter start, imports, building the model with its offline data, the first ``train(1)``, which compiles where
