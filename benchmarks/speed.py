@@ -26,13 +26,7 @@ before the rounds. RLPD has no ``compile_step``: compiled, its step was slower t
 at 4 x 512, interleaved: benchmarks/data/rlpd-compiled-cpu-2026-12-02.txt; inductor's fused LayerNorm kernels over
 the stacked members of its 10-critic ensemble took most of the step).
 
-``--first-step`` measures instead the wall time from a fresh process's start to its first finished gradient step
-(interpreter start, imports, building the model with its offline data, the first ``train(1)``, which compiles where
-it does): qc_sb3 eager, and compiled (not RLPD-AC) with inductor's on-disk cache empty (a fresh cache folder) and
-then warm (the same folder again); the reference, where it is given, from its interpreter's start through importing
-its agent, ``create`` and the first ``update`` (its JIT compile; JAX keeps no compile cache between processes by
-default), on a batch of the harness's ``make_batch``. Each is timed ``--first-step-runs`` times, alternating, and
-the median printed.
+The time from a fresh process's start to its first gradient step is :mod:`benchmarks.first_step`'s.
 """
 
 from __future__ import annotations
@@ -43,8 +37,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -237,112 +229,6 @@ def print_roof(
         print(figures)
 
 
-# A fresh process's first gradient step: qc_sb3's, and the reference's (through the timing harness's make_batch).
-OURS_FIRST_STEP = """
-from benchmarks.speed import CONFIGS, build, random_dataset
-model = build({method!r}, CONFIGS[{config!r}], "cpu", random_dataset(), compile_step={compile_step!r})
-model.train(gradient_steps=1, batch_size=256)
-print("FIRST_STEP_DONE", flush=True)
-"""
-REFERENCE_FIRST_STEP = """
-import sys
-sys.path[:0] = [{harness_folder!r}, {root!r}]
-import jax
-import numpy as np
-from bench_ref import make_batch
-if {agent!r} == "acrlpd":
-    from agents.acrlpd import ACRLPDAgent as Agent, get_config
-else:
-    from agents.acfql import ACFQLAgent as Agent, get_config
-config = get_config()
-config.update({settings!r})
-agent = Agent.create(0, np.zeros({obs_dim}, np.float32), np.zeros({action_dim}, np.float32), config)
-agent, info = agent.update(make_batch(np.random.default_rng(0), 256, {chunk_size}, {obs_dim}, {action_dim}))
-jax.block_until_ready((agent, info))
-print("FIRST_STEP_DONE", flush=True)
-"""
-
-
-def seconds_to_first_step(command: list[str], cwd: str, env: dict[str, str] | None = None) -> float:
-    """
-    Wall time from starting ``command`` to the line ``FIRST_STEP_DONE`` on its output.
-
-    :param command: A python interpreter and its program
-    :param cwd: Its working folder
-    :param env: Its environment (default: this process's)
-    :return: Seconds
-    """
-    with tempfile.TemporaryFile("w+") as errors:
-        start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
-        assert process.stdout is not None
-        elapsed = next((time.perf_counter() - start for line in process.stdout if line.startswith("FIRST_STEP_DONE")), None)
-        process.wait()
-        if elapsed is None:
-            errors.seek(0)
-            message = f"{command[0]} exited with {process.returncode} before its first step"
-            raise RuntimeError(f"{message}:\n{errors.read()[-2000:]}")
-    return elapsed
-
-
-def reference_first_step_program(harness: str, root: str, config: dict, method: str) -> str:
-    """The reference's first update in a program of its own, the agent configured as the timing harness does."""
-    settings = {
-        "horizon_length": CHUNK_SIZE,
-        "actor_hidden_dims": tuple(config["net_arch"]),
-        "value_hidden_dims": tuple(config["net_arch"]),
-        "batch_size": 256,
-    }
-    if method != "RLPDAC":
-        actor_type = "best-of-n" if method == "QC" else "distill-ddpg"
-        settings.update(actor_type=actor_type, actor_num_samples=config["actor_num_samples"])
-    return REFERENCE_FIRST_STEP.format(
-        harness_folder=str(Path(harness).resolve().parent),
-        root=str(Path(root).resolve()),
-        agent="acrlpd" if method == "RLPDAC" else "acfql",
-        settings=settings,
-        obs_dim=OBS_DIM,
-        action_dim=ACTION_DIM,
-        chunk_size=CHUNK_SIZE,
-    )
-
-
-def print_first_steps(configs: list[str], methods: list[str], runs: int, reference_options: tuple) -> None:
-    """
-    Median seconds from a fresh process's start to its first finished gradient step, per model and way of running
-    it (see the module's docstring), each timed ``runs`` times in turn.
-    """
-    repository = str(Path(__file__).resolve().parent.parent)
-    seconds: dict[tuple[str, str, str], list[float]] = {}
-    for _ in range(runs):
-        for config_name in configs:
-            for method in methods:
-                ours = [("eager", False)] if method == "RLPDAC" else [("eager", False), ("compiled", True)]
-                for label, compile_step in ours:
-                    program = OURS_FIRST_STEP.format(method=method, config=config_name, compile_step=compile_step)
-                    command = [sys.executable, "-c", program]
-                    if not compile_step:
-                        seconds.setdefault((config_name, method, label), []).append(seconds_to_first_step(command, repository))
-                        continue
-                    with tempfile.TemporaryDirectory() as cache:  # inductor's cache: empty, then as the first left it
-                        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-                        for state in ("cold cache", "warm cache"):
-                            seconds.setdefault((config_name, method, f"{label}, {state}"), []).append(
-                                seconds_to_first_step(command, repository, env)
-                            )
-                if all(reference_options):
-                    python, harness, root = reference_options
-                    program = reference_first_step_program(harness, root, CONFIGS[config_name], method)
-                    seconds.setdefault((config_name, method, "reference"), []).append(
-                        seconds_to_first_step([python, "-c", program], root)
-                    )
-    print(f"{machine_name()}; torch {th.__version__}; seconds from a process's start to its first gradient step")
-    print(f"{'config':8s} {'method':6s} {'run':28s} {'median s':>9s}  all")
-    for (config_name, method, label), values in seconds.items():
-        every = ", ".join(f"{value:.1f}" for value in values)
-        print(f"{config_name:8s} {method:6s} {label:28s} {statistics.median(values):9.1f}  {every}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -354,17 +240,10 @@ def main() -> None:
     parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
     parser.add_argument("--reference-harness", help="script that times the reference agents (RESULT lines)")
     parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
-    parser.add_argument("--first-step", action="store_true", help="time fresh processes to their first step instead")
-    parser.add_argument("--first-step-runs", type=int, default=3, help="processes per model and way, with --first-step")
     args = parser.parse_args()
     reference_options = (args.reference_python, args.reference_harness, args.reference_root)
     if any(reference_options) and not all(reference_options):
         parser.error("--reference-python, --reference-harness and --reference-root go together")
-    if args.first_step:
-        if args.device != "cpu":
-            parser.error("--first-step times CPU processes only")
-        print_first_steps(args.configs, args.methods, args.first_step_runs, reference_options)
-        return
 
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
