@@ -3,10 +3,11 @@ layer and of its gradients: y = x W^T + b, and for a loss sum(y * G), dx = G W, 
 
 import pytest
 import torch as th
+from torch import nn
 
 from qc_sb3.common import onednn_matmul
 from qc_sb3.common.compiled_step import compile_unavailable_reason
-from qc_sb3.common.onednn_matmul import ensemble_linear, linear, plain_matmuls, uses_onednn
+from qc_sb3.common.onednn_matmul import Linear, as_onednn_linear, ensemble_linear, linear, plain_matmuls, uses_onednn
 
 pytestmark = pytest.mark.skipif(
     not onednn_matmul._HAS_ONEDNN, reason="this PyTorch build has no oneDNN: the layers are addmm / baddbmm"
@@ -43,6 +44,27 @@ def test_linear_and_its_gradients_are_the_hand_computed_ones():
     assert_close(x.grad, g64 @ w64)
     assert_close(weight.grad, g64.T @ x64)
     assert_close(bias.grad, g64.sum(0))
+
+
+def test_an_nn_linear_made_onednn_keeps_its_parameters_and_gives_the_hand_computed_layer():
+    th.manual_seed(0)
+    layer = nn.Linear(65, 48)
+    onednn = as_onednn_linear(layer)
+    assert type(onednn) is Linear and onednn.weight is layer.weight and onednn.bias is layer.bias
+    assert list(onednn.state_dict()) == ["weight", "bias"]
+    (x,) = tensors((37, 65))
+    grad = th.randn(37, 48, generator=th.Generator().manual_seed(1))
+    with th.profiler.profile() as profile:
+        (onednn(x) * grad).sum().backward()
+    assert [event.name for event in profile.events()].count("mkldnn::_linear_pointwise") == 3  # y, dx, dW
+    weight, bias = layer.weight.detach().double(), layer.bias.detach().double()
+    assert_close(onednn(x), x.detach().double() @ weight.T + bias)
+    assert_close(layer.weight.grad, grad.double().T @ x.detach().double())
+    assert_close(layer.bias.grad, grad.double().sum(0))
+    batched = th.randn(2, 37, 65)  # more than two dimensions: nn.Linear's own forward
+    assert_close(onednn(batched), batched.double() @ weight.T + bias)
+    activation = nn.ReLU()
+    assert as_onednn_linear(activation) is activation
 
 
 def test_linear_computes_only_the_gradients_asked_for():

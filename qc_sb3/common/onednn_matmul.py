@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch as th
+from torch import nn
 
 _HAS_ONEDNN = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
 # A oneDNN call has a larger fixed cost than a BLAS one: at 8 rows (a decision's few) it is 0.4-0.9x the BLAS's speed,
@@ -167,3 +168,28 @@ def ensemble_linear(x: th.Tensor, weights: th.Tensor, biases: th.Tensor) -> th.T
         _check_inner_sizes(x, weights.shape[1])
         return _OneDNNEnsembleLinear.apply(x, weights, biases)
     return th.baddbmm(biases.unsqueeze(1), x, weights)
+
+
+class Linear(nn.Linear):
+    """
+    ``nn.Linear`` whose forward pass is :func:`linear` (oneDNN's matmul on CPU, for 2-D inputs with a bias): the same
+    parameters, state dict and values to float32 rounding. For networks built from ``nn.Linear`` layers elsewhere (SB3's
+    ``create_mlp``), through :func:`as_onednn_linear`.
+    """
+
+    def forward(self, input: th.Tensor) -> th.Tensor:
+        if self.bias is None or input.dim() != 2:
+            return super().forward(input)
+        return linear(input, self.weight, self.bias)
+
+
+def as_onednn_linear(layer: nn.Module) -> nn.Module:
+    """
+    :param layer: A layer
+    :return: A :class:`Linear` with the same parameter tensors if ``layer`` is exactly an ``nn.Linear``, else ``layer``
+    """
+    if type(layer) is not nn.Linear:
+        return layer
+    onednn = Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta")
+    onednn.weight, onednn.bias = layer.weight, layer.bias
+    return onednn
