@@ -120,21 +120,10 @@ class RLPDPolicy(ActorCriticChunkPolicy):
         mean_actions, log_std, _ = self.actor.get_action_dist_params(observations)  # docs/algorithms.md §4
         return self.actor.action_dist.proba_distribution(mean_actions, log_std)  # type: ignore[return-value]
 
-    def sample_actions(self, observations: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """
-        Reparameterized samples ``a = tanh(mu + std * eps)``, ``eps ~ N(0, I)``, and their log-probabilities.
-
-        :param observations: Preprocessed observations, shape (B, *obs_shape)
-        :return: Flat chunks in [-1, 1] of shape (B, flat_action_dim), and log pi(a|s) of shape (B,)
-        """
-        distribution = self.action_distribution(observations)
-        actions = distribution.sample()
-        return actions, distribution.log_prob(actions, distribution.gaussian_actions)
-
     def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         if deterministic:
             return self.actor(observation, deterministic=True)  # tanh(mean), as SAC
-        return self.sample_actions(observation)[0]
+        return self.action_distribution(observation).sample()  # a = tanh(mu + std * eps), eps ~ N(0, I)
 
 
 MlpPolicy = RLPDPolicy

@@ -212,7 +212,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         with th.no_grad():
             # docs/algorithms.md §4: A' ~ pi(.|s_{t+h}); y = R[:, -1] + gamma^h M[:, -1] mean_K Q_target(s_{t+h}, A'),
             # no entropy term.
-            next_actions, _ = policy.sample_actions(batch.next_observations)
+            next_actions = policy.action_distribution(batch.next_observations).sample()  # no log-probability needed
             target = chunked_td_target(
                 policy.critic_target,  # type: ignore[arg-type]
                 policy.target_features(batch.next_observations),
