@@ -26,7 +26,16 @@ from pathlib import Path
 
 import torch as th
 
-from benchmarks.speed import ACTION_DIM, CHUNK_SIZE, CONFIGS, METHODS, OBS_DIM, machine_name
+from benchmarks.speed import (
+    ACTION_DIM,
+    CHUNK_SIZE,
+    CONFIGS,
+    METHODS,
+    OBS_DIM,
+    add_reference_options,
+    checked_reference_options,
+    machine_name,
+)
 
 # A fresh process's first gradient step: qc_sb3's, and the reference's (through the timing harness's make_batch).
 OURS_FIRST_STEP = """
@@ -144,14 +153,9 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--runs", type=int, default=3, help="processes per model and way of running it")
-    parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
-    parser.add_argument("--reference-harness", help="the reference's timing script (its make_batch)")
-    parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
+    add_reference_options(parser, "the reference's timing script (its make_batch)")
     args = parser.parse_args()
-    reference_options = (args.reference_python, args.reference_harness, args.reference_root)
-    if any(reference_options) and not all(reference_options):
-        parser.error("--reference-python, --reference-harness and --reference-root go together")
-    print_first_steps(args.configs, args.methods, args.runs, reference_options)
+    print_first_steps(args.configs, args.methods, args.runs, checked_reference_options(parser, args))
 
 
 if __name__ == "__main__":

@@ -229,6 +229,23 @@ def print_roof(
         print(figures)
 
 
+def add_reference_options(parser: argparse.ArgumentParser, harness_help: str) -> None:
+    """The options that name the reference's python, timing harness and code (see the module's docstring)."""
+    parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
+    parser.add_argument("--reference-harness", help=harness_help)
+    parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
+
+
+def checked_reference_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[str | None, str | None, str | None]:
+    """The reference's python, harness and code from ``args``: all three, or none (a parser error otherwise)."""
+    options = (args.reference_python, args.reference_harness, args.reference_root)
+    if any(options) and not all(options):
+        parser.error("--reference-python, --reference-harness and --reference-root go together")
+    return options
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -237,13 +254,9 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=METHODS)
     parser.add_argument("--compile-step", action="store_true", help="also time the step with compile_step=True")
-    parser.add_argument("--reference-python", help="python of the reference's own virtual environment")
-    parser.add_argument("--reference-harness", help="script that times the reference agents (RESULT lines)")
-    parser.add_argument("--reference-root", help="the reference's code (github ColinQiyangLi/qc)")
+    add_reference_options(parser, "script that times the reference agents (RESULT lines)")
     args = parser.parse_args()
-    reference_options = (args.reference_python, args.reference_harness, args.reference_root)
-    if any(reference_options) and not all(reference_options):
-        parser.error("--reference-python, --reference-harness and --reference-root go together")
+    reference_options = checked_reference_options(parser, args)
 
     dataset = random_dataset()
     observation = np.zeros(OBS_DIM, np.float32)
