@@ -156,6 +156,25 @@ def test_actor_is_the_reference_mlp_with_xavier_uniform_weights_and_zero_biases(
         assert (numpy_of(layer.bias) == 0).all()
 
 
+@pytest.mark.parametrize("rows", [3, onednn_matmul.MIN_ROWS + 5])
+def test_a_stochastic_decision_is_tanh_of_mean_plus_std_times_the_next_standard_normal_draw(rows):
+    # docs/algorithms.md §4: a = tanh(mu(s) + std(s) * eps), eps ~ N(0, I), eps the generator's next draw; the SAC
+    # actor's mean and clipped log-std computed by hand (on the BLAS below MIN_ROWS rows, on oneDNN from it).
+    policy = make_model(chunk_size=2).policy
+    generator = th.Generator().manual_seed(4)
+    observations = 2.0 * th.randn(rows, OBS_DIM, generator=generator)
+    with th.no_grad():
+        for parameter in policy.actor.parameters():
+            parameter.normal_(0.0, 0.3, generator=generator)
+        th.manual_seed(11)
+        chunks = policy._predict_chunk(observations)
+    th.manual_seed(11)
+    eps = numpy_of(th.randn(rows, 2 * ACTION_DIM)).astype(np.float64)
+    for row, observation in enumerate(numpy_of(observations).astype(np.float64)):
+        mean, log_std = sac_actor_mean_log_std(policy.actor, observation)
+        np.testing.assert_allclose(numpy_of(chunks[row]), np.tanh(mean + np.exp(log_std) * eps[row]), atol=2e-5)
+
+
 def test_log_prob_is_the_exact_tanh_change_of_variables_even_when_saturated():
     model = make_model(chunk_size=2)
     distribution = model.policy.action_distribution(th.zeros(1, OBS_DIM))
