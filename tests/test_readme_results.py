@@ -1,5 +1,6 @@
 """The README's "Results" are the committed evidence: its tables are the committed report's, the report's numbers are
-those of its curves, and the report rebuilds from the committed run files alone (``results/evidence``)."""
+those of its curves, the report rebuilds from the committed run files alone (``results/evidence``), and the table of
+the confirmatory runs is what ``benchmarks.compare`` computes from theirs (``results/diagnosis/confirm``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmarks.compare import compare_folders
+from benchmarks.implementation_parity import parity_markdown
 from benchmarks.report import write_report
 
 ROOT = Path(__file__).parents[1]
@@ -65,3 +68,24 @@ def test_the_report_rebuilds_from_the_committed_runs(tmp_path):
         pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(REPORT / name))
     plots = sorted(path.relative_to(REPORT) for path in REPORT.rglob("*.png"))
     assert plots and plots == sorted(path.relative_to(out) for path in out.rglob("*.png"))
+
+
+def readme_confirmatory_rows() -> dict[str, list[str]]:
+    """The rows of the README's table of the confirmatory runs (part A's last bullet), cells by method."""
+    bullet = (ROOT / "README.md").read_text(encoding="utf-8").split("**Fresh runs planned in advance", 1)[1]
+    bullet = bullet.split("\n- ", 1)[0]
+    rows = [line.strip() for line in bullet.splitlines() if line.strip().startswith("| QC")]
+    return {cells[0]: cells for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)}
+
+
+def test_the_readme_confirmatory_table_is_the_committed_confirmatory_runs():
+    confirm = ROOT / "results" / "diagnosis" / "confirm"
+    rows = readme_confirmatory_rows()
+    assert set(rows) == {"QC", "QC-FQL"}
+    curves, _ = compare_folders(confirm / "qc_sb3", confirm / "reference")
+    for method, cells in rows.items():
+        computed = [line for line in parity_markdown(curves).splitlines() if f"| {method} |" in line]
+        assert len(computed) == 1, method
+        seeds, ours, reference, difference, p_value = cells[1:6]
+        assert f"| {seeds} / {seeds} | 12 | {ours} | {reference} | {difference} | {p_value} |" in computed[0]
+        assert computed[0] in (confirm / f"compare-{method}.md").read_text(encoding="utf-8")
