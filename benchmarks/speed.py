@@ -21,12 +21,19 @@ figure from another machine or another hour is no baseline.
 
 ``--compile-step`` also times a copy of every model built with ``compile_step=True`` (the same weights), in the same
 rounds, and prints its steps/s and decision latency and their ratios to the eager ones; each copy's compiles (its
-first ``train()`` and its first decision, with inductor's on-disk cache as this process finds it) are timed once,
-before the rounds. RLPD has no ``compile_step``: compiled, its step was slower than eager (0.65x at 2 x 256, 0.77x
-at 4 x 512, interleaved: benchmarks/data/rlpd-compiled-cpu-2026-12-02.txt; inductor's fused LayerNorm kernels over
-the stacked members of its 10-critic ensemble took most of the step).
+first ``train()``, of four steps, and its first decision, with inductor's on-disk cache as this process finds it)
+are timed once, before the rounds. RLPD has no ``compile_step``: compiled, its step was slower than eager (0.65x at
+2 x 256, 0.77x at 4 x 512, interleaved: benchmarks/data/rlpd-compiled-cpu-2026-12-02.txt; inductor's fused LayerNorm
+kernels over the stacked members of its 10-critic ensemble took most of the step).
 
-The time from a fresh process's start to its first gradient step is :mod:`benchmarks.first_step`'s.
+On a CUDA device (``--device cuda``) QC's and QC-FQL's replay buffer is ``DeviceChunkReplayBuffer`` (batches
+gathered on the GPU), and every timed call ends with a synchronisation, so that a step's time is that of its work
+on the GPU and not of its launch; there ``compile_step=True`` also captures the update as a CUDA graph
+(:mod:`qc_sb3.common.graphed_update`, after its warm-up steps in the first ``train()``) and the decision as one
+(:mod:`qc_sb3.common.compiled_decision`).
+
+The time from a fresh process's start to its first gradient step is :mod:`benchmarks.first_step`'s; that of a whole
+offline phase, :mod:`benchmarks.offline_speed`'s.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ from stable_baselines3.common.logger import configure
 
 from benchmarks.step_flops import step_matmul_flops
 from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
+from qc_sb3.common.graphed_update import WARMUP_STEPS
 from qc_sb3.common.onednn_matmul import linear
 
 CONFIGS = {
@@ -155,6 +164,16 @@ def interleaved_seconds(
     return times
 
 
+def synchronized(call: Callable[[], object], device: str) -> Callable[[], object]:
+    """
+    ``call``, followed on a CUDA device by a synchronisation: the time of a call is then that of its work on the
+    device, not of its launch (a step's kernels run asynchronously); elsewhere ``call`` itself.
+    """
+    if th.device(device).type != "cuda":
+        return call
+    return lambda: (call(), th.cuda.synchronize())
+
+
 def matmul_call(device: str) -> tuple[Callable[[], object], float]:
     """
     A float32 8192x512 @ 512x512 product by the networks' own Linear layer (:func:`qc_sb3.common.onednn_matmul.linear`:
@@ -188,6 +207,8 @@ def build(method: str, config: dict, device: str, dataset: dict[str, np.ndarray]
         model.set_logger(configure(None, []))
         model.learn(RLPD_ONLINE_STEPS)  # random actions only (learning_starts): the buffer's online half, no update
         return model
+    if th.device(device).type == "cuda":  # batches gathered on the GPU: none crosses from the host
+        kwargs["replay_buffer_class"] = DeviceChunkReplayBuffer
     if method == "QC":
         model = QC(
             "MlpPolicy",
@@ -269,7 +290,8 @@ def main() -> None:
             compiled = build(method, CONFIGS[config_name], args.device, dataset, compile_step=True)
             compiled.policy.load_state_dict(model.policy.state_dict())
             start = time.perf_counter()
-            compiled.train(gradient_steps=1, batch_size=256)
+            # The compile, and on CUDA the warm-up steps and the capture of the update as a CUDA graph.
+            compiled.train(gradient_steps=WARMUP_STEPS + 1, batch_size=256)
             compiled.policy.predict_chunk(observation)
             compiled_models[config_name, method] = compiled
             compile_seconds[config_name, method] = time.perf_counter() - start
@@ -282,7 +304,8 @@ def main() -> None:
             calls[f"{config_name} {method} compiled"] = lambda model=compiled: model.train(gradient_steps=1, batch_size=256)
             calls[f"{config_name} {method} compiled decision"] = lambda model=compiled: model.policy.predict_chunk(observation)
         calls[f"{config_name} {method} decision"] = lambda model=model: model.policy.predict_chunk(observation)
-    times = interleaved_seconds(calls, args.rounds, args.repeats)
+    timed_calls = {name: synchronized(call, args.device) for name, call in calls.items()}
+    times = interleaved_seconds(timed_calls, args.rounds, args.repeats)
     # The reference right after, in the same window: its figures are the only baseline a ratio may use.
     reference = {}
     if all(reference_options):
@@ -290,7 +313,8 @@ def main() -> None:
             reference[key] = reference_figures(*reference_options, CONFIGS[key[0]], key[1])  # type: ignore[arg-type]
 
     print(
-        f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}; "
+        f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}"
+        f"{f' ({th.cuda.get_device_name(args.device)})' if th.device(args.device).type == 'cuda' else ''}; "
         f"{args.rounds} rounds of {args.repeats} timed calls per model"
     )
     print(f"plain matmul: {matmul_flops / statistics.median(times['matmul']) / 1e9:.0f} GFLOP/s median")

@@ -1,10 +1,12 @@
-"""benchmarks.speed: the RLPD-AC model it times."""
+"""benchmarks.speed: the RLPD-AC model it times, its timed calls; benchmarks.offline_speed: its timed blocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.speed import RLPD_ONLINE_STEPS, build, random_dataset
+from benchmarks import offline_speed
+from benchmarks.speed import RLPD_ONLINE_STEPS, build, random_dataset, synchronized
+from qc_sb3.common.buffers import ChunkReplayBuffer
 
 
 def test_the_rlpd_ac_model_has_online_windows_and_takes_a_gradient_step():
@@ -14,3 +16,18 @@ def test_the_rlpd_ac_model_has_online_windows_and_takes_a_gradient_step():
     assert model._n_updates == 1
     with pytest.raises(ValueError, match="no compile_step"):
         build("RLPDAC", {"net_arch": [16, 16]}, "cpu", random_dataset(n_steps=600, episode_length=100), compile_step=True)
+
+
+def test_synchronized_leaves_a_cpu_call_as_it_is():
+    def call() -> int:
+        return 1
+
+    assert synchronized(call, "cpu") is call
+
+
+def test_the_offline_phase_is_timed_in_blocks_of_real_offline_steps():
+    model = offline_speed.build("QCFQL", {"net_arch": [16, 16]}, "cpu", compile_step=False)
+    assert isinstance(model.replay_buffer, ChunkReplayBuffer) and model.replay_buffer.offline_size > 0
+    seconds = offline_speed.block_seconds(model, steps=25, block=10)
+    assert len(seconds) == 2 and all(value > 0 for value in seconds)
+    assert model.offline_steps_done == 20 and model._n_updates == 20  # whole blocks only

@@ -22,6 +22,7 @@ from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.compiled_step import CompiledLosses
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
+from qc_sb3.common.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int, check_training_finite
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
@@ -107,7 +108,10 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         graphs). The policy's decision (``predict``, ``predict_chunk``) is compiled too, as one graph at its first
         call (:mod:`qc_sb3.common.compiled_decision`): the same chunks to float32 rounding from the same generator
         state, 1.5x to 2x faster with 2 x 256 networks on CPU; the first decision times both and keeps the eager
-        one where it is faster (QC at the paper's 4 x 512). Off by default, as in SB3; where compiling is
+        one where it is faster (QC at the paper's 4 x 512). On a CUDA device the update after batch sampling (the
+        losses, backward, Polyak, the optimizers' steps) is also captured as one CUDA graph after a few warm-up steps
+        and replayed (:mod:`qc_sb3.common.graphed_update`; a learning-rate schedule that changes the rate makes the
+        updates eager again, with a warning), and the decision too. Off by default, as in SB3; where compiling is
         impossible (no C++ compiler, no triton, another device) the step and the decision stay eager with a warning
         that says why
     :param supported_action_spaces: The action spaces supported by the algorithm
@@ -193,6 +197,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         self._action_queue: ActionQueueState | None = None
         self.compile_step = compile_step
         self._step_losses: CompiledLosses | None = None
+        self._update_graph: GraphedUpdate | None = None
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -222,6 +227,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         # Whether the update must also copy normalisation statistics into the targets (a BatchNorm extractor).
         self._has_running_statistics = bool(self.policy.target_running_statistics()[0])
         self._step_losses = CompiledLosses(self._losses, self.device) if self.compile_step else None
+        self._update_graph = None
+        if self.compile_step and self.device.type == "cuda":
+            self._update_graph = GraphedUpdate(self._update, self.policy.optimizers, self.device)
         # The online updates' losses, on the device, not yet read into the logger, and whether train() reads them at
         # once (see train()).
         self._unread_losses: list[dict[str, th.Tensor]] = []
@@ -266,6 +274,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             "_action_queue",
             "_has_running_statistics",
             "_step_losses",
+            "_update_graph",
             "_unread_losses",
             "_read_losses_every_train",
         ]
@@ -283,6 +292,23 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         if self.offline_dataset is not None:
             self.offline_dataset_source = offline_source_record(self.offline_dataset)
         super().save(path, exclude, include)
+
+    def set_parameters(
+        self,
+        load_path_or_dict: str | dict[str, Any],
+        exact_match: bool = True,
+        device: th.device | str = "auto",
+    ) -> None:
+        """
+        Load parameters as SB3 does. A model saved while its update was a CUDA graph has its optimizers in their
+        ``capturable`` mode, which is for captures only: a model that does not capture its update sets it off (one
+        that does sets it on again when it captures the update for the new optimizer state).
+
+        The parameters are those of :meth:`stable_baselines3.common.base_class.BaseAlgorithm.set_parameters`.
+        """
+        super().set_parameters(load_path_or_dict, exact_match, device)
+        if self._update_graph is None or not self._update_graph.captured:
+            set_capturable(self.policy.optimizers, False)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """
@@ -329,9 +355,19 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         :param batch_size: Minibatch size
         :return: The losses of :meth:`_losses`, detached
         """
+        batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+        return self._update(batch) if self._update_graph is None else self._update_graph(batch)
+
+    def _update(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
+        """
+        The update of one gradient step on a sampled batch: the losses, one backward pass, the Polyak update and
+        every optimizer's step (captured as one CUDA graph with ``compile_step=True`` on a GPU).
+
+        :param batch: A batch of chunk windows
+        :return: The losses of :meth:`_losses`, detached
+        """
         policy = self.policy
         optimizers = policy.optimizers
-        batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
         losses = self._losses(batch) if self._step_losses is None else self._step_losses(batch)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)

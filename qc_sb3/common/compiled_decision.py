@@ -16,6 +16,10 @@ Random numbers are drawn by PyTorch's own kernels in the eager order (inductor's
 compiled decision gives the eager one's chunk to float32 rounding from the same generator state. The graph reads
 the networks' parameters at every call: training between decisions is seen at the next one. A new batch size
 recompiles once, then the graph is compiled for any batch size (``torch.compile``'s automatic dynamic shapes).
+
+On CUDA the compiled graph is also captured as a CUDA graph (inductor's ``triton.cudagraphs``, what
+``mode="reduce-overhead"`` turns on), recorded once per batch size and replayed: one launch per decision instead of
+one per kernel.
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ class CompiledDecision:
         self.fallback_reason = compile_unavailable_reason(th.device(device))
         self._compiled: Decision | None = None
         if self.fallback_reason is None:
-            options = {**INDUCTOR_OPTIONS, "cpp_wrapper": th.device(device).type == "cpu"}
+            on_cuda = self.device.type == "cuda"
+            options = {**INDUCTOR_OPTIONS, "cpp_wrapper": not on_cuda, "triton.cudagraphs": on_cuda}
             self._compiled = th.compile(decide, options=options)
         else:
             self._warn_fallback()
@@ -86,7 +91,9 @@ class CompiledDecision:
 
     def _run_compiled(self, observation: th.Tensor, deterministic: bool) -> th.Tensor:
         with samplers_traced():
-            return self._compiled(observation, deterministic)  # type: ignore[misc]  # only called while compiled
+            chunk = self._compiled(observation, deterministic)  # type: ignore[misc]  # only called while compiled
+        # On CUDA the graph is replayed as a CUDA graph, whose output the next call overwrites: the chunk is a copy.
+        return chunk.clone() if self.device.type == "cuda" else chunk
 
     def _compile_and_measure(self, observation: th.Tensor, deterministic: bool) -> None:
         """The first call's compile, then (with ``measure``) the trials, all on a fork of the generators."""
