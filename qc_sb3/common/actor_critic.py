@@ -189,7 +189,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         modules = [self.features_extractor, *(getattr(self, name) for name in self.optimized_modules)]
         # Reading every submodule's flag costs a fifth of setting it (nn.Module.__setattr__), and each decision
         # calls this: set the flags only when one differs.
-        if any(submodule.training != mode for module in modules for submodule in module.modules()):
+        if _any_training_flag_differs(modules, mode):
             for module in modules:
                 module.train(mode)
         self.training = mode
@@ -204,3 +204,18 @@ class ActorCriticChunkPolicy(ChunkPolicy):
             optimizer_kwargs=self.optimizer_kwargs,
         )
         return data
+
+
+def _any_training_flag_differs(modules: list[nn.Module], mode: bool) -> bool:
+    """
+    Whether any of ``modules`` or of their submodules, at any depth, has a ``training`` flag other than ``mode``.
+    A walk over ``_modules`` (the submodules ``Module.modules()`` yields, without building their names): at a
+    decision, where this runs each time, it takes a quarter of ``modules()``'s time.
+    """
+    stack = list(modules)
+    while stack:
+        module = stack.pop()
+        if module.training != mode:
+            return True
+        stack.extend(child for child in module._modules.values() if child is not None)
+    return False
