@@ -1,11 +1,11 @@
 """Time of an offline phase: gradient steps through ``pretrain()``, per step and extrapolated to the paper's 1M.
 
 Run: ``python -m benchmarks.offline_speed [--device cuda] [--methods QCFQL QC] [--configs default] [--steps 20000]
-[--compile-step]``. Each model (:mod:`benchmarks.speed`'s configurations and random offline data; on CUDA its replay
-buffer is :class:`~qc_sb3.common.device_buffer.DeviceChunkReplayBuffer`, so that batches never cross from the host)
-first runs ``--warmup`` untimed offline steps (with ``compile_step=True``: the compile and, on CUDA, the update's
-capture as a CUDA graph), then ``--steps`` timed ones in blocks of ``--block`` ``pretrain()`` steps, each block
-ending with a synchronisation on CUDA. The phase's own logging is included (a host read of the losses every
+[--compile-step]``. Each model (:func:`benchmarks.speed.build`: its configurations and random offline data; on CUDA
+its replay buffer is :class:`~qc_sb3.common.device_buffer.DeviceChunkReplayBuffer`, so that batches never cross from
+the host) first runs ``--warmup`` untimed offline steps (with ``compile_step=True``: the compile and, on CUDA, the
+update's capture as a CUDA graph), then ``--steps`` timed ones in blocks of ``--block`` ``pretrain()`` steps, each
+block ending with a synchronisation on CUDA. The phase's own logging is included (a host read of the losses every
 ``offline_log_interval`` = 1000 steps). Printed: the median and the best block's milliseconds per step, and the
 median times 1M steps in minutes (the paper's offline phase; issue 14's GPU target for QC-FQL is 20 minutes).
 """
@@ -17,42 +17,11 @@ import statistics
 import time
 
 import torch as th
-from stable_baselines3.common.logger import configure
 
-from benchmarks.speed import CHUNK_SIZE, CONFIGS, ConstantEnv, machine_name, random_dataset
+from benchmarks.speed import CONFIGS, build, machine_name, random_dataset
 from qc_sb3 import QC, QCFQL
-from qc_sb3.common.buffers import ChunkReplayBuffer
-from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 
 PAPER_OFFLINE_STEPS = 1_000_000
-
-
-def build(method: str, config: dict, device: str, compile_step: bool) -> QC | QCFQL:
-    """
-    A model of one method and configuration on :func:`benchmarks.speed.random_dataset`, its logger silent.
-
-    :param method: "QC" or "QCFQL"
-    :param config: One of :data:`benchmarks.speed.CONFIGS`
-    :param device: Its device
-    :param compile_step: Build it with ``compile_step=True``
-    :return: The model
-    """
-    on_cuda = th.device(device).type == "cuda"
-    kwargs = {
-        "offline_dataset": random_dataset(),
-        "policy_kwargs": {"net_arch": config["net_arch"]},
-        "chunk_size": CHUNK_SIZE,
-        "replay_buffer_class": DeviceChunkReplayBuffer if on_cuda else ChunkReplayBuffer,
-        "device": device,
-        "seed": 0,
-        "compile_step": compile_step,
-    }
-    if method == "QC":
-        model = QC("MlpPolicy", ConstantEnv(), actor_num_samples=config["actor_num_samples"], **kwargs)
-    else:
-        model = QCFQL("MlpPolicy", ConstantEnv(), **kwargs)
-    model.set_logger(configure(None, []))
-    return model
 
 
 def block_seconds(model: QC | QCFQL, steps: int, block: int) -> list[float]:
@@ -85,10 +54,11 @@ def main() -> None:
         f"{device_name}; torch {th.__version__}, {th.get_num_threads()} threads, device {args.device}, "
         f"compile_step={args.compile_step}; {args.steps} offline steps per model in blocks of {args.block}"
     )
+    dataset = random_dataset()
     print(f"{'config':8s} {'method':6s} {'ms/step median (best)':>22s} {'1M steps, min':>14s} {'warm-up s':>10s}")
     for config_name in args.configs:
         for method in args.methods:
-            model = build(method, CONFIGS[config_name], args.device, args.compile_step)
+            model = build(method, CONFIGS[config_name], args.device, dataset, compile_step=args.compile_step)
             start = time.perf_counter()
             model.pretrain(args.warmup)
             warmup_seconds = time.perf_counter() - start

@@ -26,7 +26,7 @@ def test_synchronized_leaves_a_cpu_call_as_it_is():
 
 
 def test_the_offline_phase_is_timed_in_blocks_of_real_offline_steps():
-    model = offline_speed.build("QCFQL", {"net_arch": [16, 16]}, "cpu", compile_step=False)
+    model = build("QCFQL", {"net_arch": [16, 16]}, "cpu", random_dataset(n_steps=600, episode_length=100))
     assert type(model.replay_buffer) is ChunkReplayBuffer and model.replay_buffer.offline_size > 0  # NumPy buffer on CPU
     seconds = offline_speed.block_seconds(model, steps=25, block=10)
     assert len(seconds) == 2 and all(value > 0 for value in seconds)

@@ -128,9 +128,12 @@ class GraphedUpdate:
             optimizer_states=tuple(optimizer.state for optimizer in self.optimizers),
         )
 
+    def _drop_graph(self) -> None:
+        self._graph = self._static_batch = self._static_losses = None
+
     def _fall_back(self, reason: str) -> None:
         self.fallback_reason = reason
-        self._graph = self._static_batch = self._static_losses = None
+        self._drop_graph()
         set_capturable(self.optimizers, False)
         self._warn_fallback()
 
@@ -147,7 +150,7 @@ class GraphedUpdate:
                 return self.eager_update(batch)
             if not now.same_states(captured_for):
                 # New optimizer state tensors (loaded parameters): warm up and capture again.
-                self._graph = self._static_batch = self._static_losses = None
+                self._drop_graph()
                 self._warmup_left = WARMUP_STEPS
             elif now.batch_shapes != captured_for.batch_shapes:
                 return self.eager_update(batch)
