@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.atomic import read_json, write_json
-from qc_sb3.common.datasets import OfflineShards, offline_source_record, open_offline_source_record
+from qc_sb3.common.offline_source import OfflineShards, offline_source_record, open_offline_source_record
 
 
 def file_fingerprint(path: str | os.PathLike) -> dict[str, Any]:

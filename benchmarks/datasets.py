@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.specs import DatasetRequest, RunSpec
 from benchmarks.tasks import get_suite, get_task
-from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.offline_source import OfflineShards
 
 
 def prepare_datasets(

@@ -1,6 +1,6 @@
 """
 The networks' matmuls by PyTorch's BLAS (``addmm`` / ``baddbmm``: MKL in the CPU wheels) and by oneDNN
-(:mod:`qc_sb3.common.onednn_matmul`), for the products of a Linear layer's forward and backward passes.
+(:mod:`qc_sb3.accel.onednn_matmul`), for the products of a Linear layer's forward and backward passes.
 
 Run: ``python -m benchmarks.matmul_speed [--rows 256] [--width 256] [--members 2] [--rounds 15]``. The products:
 forward ``x W^T``, backward ``dy W`` (to the input) and ``dy^T x`` (to the weight), of a single layer and of an
@@ -10,7 +10,7 @@ run, in GFLOP/s, and the ratio oneDNN / BLAS.
 
 ``--steps [small default]``: whole gradient steps instead, ``train(1)`` of :mod:`benchmarks.speed`'s QC and QC-FQL
 models, eager and with ``compile_step=True``, each with the oneDNN layers and a copy (same weights) whose steps run
-under :func:`~qc_sb3.common.onednn_matmul.plain_matmuls`, all in the same rounds (``benchmarks.speed``'s
+under :func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`, all in the same rounds (``benchmarks.speed``'s
 interleaving); medians in ms per step, and the ratio BLAS / oneDNN.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch as th
 
 from benchmarks.speed import CONFIGS, build, interleaved_seconds, machine_name, random_dataset
-from qc_sb3.common.onednn_matmul import _matmul_t, plain_matmuls
+from qc_sb3.accel.onednn_matmul import _matmul_t, plain_matmuls
 
 
 def products(rows: int, width: int, members: int) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:

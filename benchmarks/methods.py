@@ -40,6 +40,9 @@ RUNNER_ARGUMENTS: dict[str, str] = {
 }
 
 
+VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     """
@@ -67,14 +70,19 @@ class MethodSpec:
 
     def constructor_defaults(self) -> dict[str, Any]:
         """The algorithm's constructor arguments that a config may set, with their defaults."""
-        parameters = inspect.signature(self.algorithm.__init__).parameters
-        return {
-            name: parameter.default
-            for name, parameter in parameters.items()
-            if name != "self"
-            and name not in RUNNER_ARGUMENTS
-            and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        }
+        # A constructor that passes **kwargs on (QC's, QC-FQL's) takes its base class's parameters too.
+        signatures = []
+        for cls in self.algorithm.__mro__:
+            if "__init__" in vars(cls):
+                signatures.append(inspect.signature(cls.__init__).parameters.values())
+                if all(parameter.kind != inspect.Parameter.VAR_KEYWORD for parameter in signatures[-1]):
+                    break
+        defaults: dict[str, Any] = {}
+        for parameters in reversed(signatures):
+            for parameter in parameters:
+                if parameter.name not in ("self", *RUNNER_ARGUMENTS) and parameter.kind not in VARIADIC:
+                    defaults[parameter.name] = parameter.default
+        return defaults
 
     def check_arguments(self, hyperparameters: Mapping[str, Any]) -> None:
         """

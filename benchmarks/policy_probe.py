@@ -38,7 +38,6 @@ from benchmarks.run_snapshot import ProbeError, load_model, run_from_folder
 from benchmarks.specs import RunSpec
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.flow_q import FlowQPolicy
-from qc_sb3.common.networks import euler_flow_actions
 from qc_sb3.qc.policies import QCPolicy
 
 COLUMNS = (
@@ -101,7 +100,7 @@ def best_of_n_decision(policy: QCPolicy, features: th.Tensor, noise: th.Tensor) 
     :return: The decision
     """
     repeated = features.expand(noise.shape[0], -1)
-    candidates = euler_flow_actions(policy.flow, repeated, noise, policy.flow_steps)
+    candidates = policy.flow.integrate(repeated, noise, policy.flow_steps)
     scores = aggregated_scores(policy, repeated, candidates)
     chosen = int(scores.argmax())
     return Decision(candidates[chosen], scores, chosen)

@@ -77,8 +77,8 @@ from benchmarks.provenance import package_versions, source_revision
 from benchmarks.specs import RunSpec
 from benchmarks.training_stats import export_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
-from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.evaluation import evaluate_success
+from qc_sb3.common.offline_source import OfflineShards
 
 CONFIG_FILE = "config.json"
 VERSIONS_FILE = "versions.json"

@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.offline_source import OfflineShards
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ kernels over the stacked members of its 10-critic ensemble took most of the step
 On a CUDA device (``--device cuda``) QC's and QC-FQL's replay buffer is ``DeviceChunkReplayBuffer`` (batches
 gathered on the GPU), and every timed call ends with a synchronisation, so that a step's time is that of its work
 on the GPU and not of its launch; there ``compile_step=True`` also captures the update as a CUDA graph
-(:mod:`qc_sb3.common.graphed_update`, after its warm-up steps in the first ``train()``) and the decision as one
-(:mod:`qc_sb3.common.compiled_decision`).
+(:mod:`qc_sb3.accel.graphed_update`, after its warm-up steps in the first ``train()``) and the decision as one
+(:mod:`qc_sb3.accel.compiled_decision`).
 
 The time from a fresh process's start to its first gradient step is :mod:`benchmarks.first_step`'s; that of a whole
 offline phase, :mod:`benchmarks.offline_speed`'s.
@@ -56,9 +56,9 @@ from stable_baselines3.common.logger import configure
 
 from benchmarks.step_flops import step_matmul_flops
 from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.accel.graphed_update import WARMUP_STEPS
+from qc_sb3.accel.onednn_matmul import linear
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
-from qc_sb3.common.graphed_update import WARMUP_STEPS
-from qc_sb3.common.onednn_matmul import linear
 
 CONFIGS = {
     "default": {"net_arch": [512, 512, 512, 512], "actor_num_samples": 32},
@@ -176,7 +176,7 @@ def synchronized(call: Callable[[], object], device: str) -> Callable[[], object
 
 def matmul_call(device: str) -> tuple[Callable[[], object], float]:
     """
-    A float32 8192x512 @ 512x512 product by the networks' own Linear layer (:func:`qc_sb3.common.onednn_matmul.linear`:
+    A float32 8192x512 @ 512x512 product by the networks' own Linear layer (:func:`qc_sb3.accel.onednn_matmul.linear`:
     oneDNN on CPU) and its FLOP count: the machine's pace, to read the other figures by.
     """
     x, w, b = th.randn(8192, 512, device=device), th.randn(512, 512, device=device), th.zeros(512, device=device)

@@ -1,7 +1,7 @@
 """
 Matmul FLOPs of one gradient step, counted rather than derived: PyTorch's ``FlopCounterMode`` over one ``train(1)``
 call of a copy of the model, with every network on its plain forward pass (:func:`qc_sb3.common.networks` modules'
-own differentiable code with PyTorch's matmuls, :func:`~qc_sb3.common.onednn_matmul.plain_matmuls`: the CPU fast
+own differentiable code with PyTorch's matmuls, :func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`: the CPU fast
 paths' oneDNN calls are not counted by ``FlopCounterMode``, and compute the same products).
 
 Times the steps per second of :mod:`benchmarks.speed`, this gives the achieved GFLOP/s of a step, to read against the
@@ -16,9 +16,9 @@ from unittest import mock
 
 from torch.utils.flop_counter import FlopCounterMode
 
-from qc_sb3.common import networks
+from qc_sb3.accel import fast_networks
+from qc_sb3.accel.onednn_matmul import plain_matmuls
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
-from qc_sb3.common.onednn_matmul import plain_matmuls
 
 
 def step_matmul_flops(model: ChunkedOffPolicyAlgorithm, batch_size: int = 256) -> int:
@@ -31,7 +31,7 @@ def step_matmul_flops(model: ChunkedOffPolicyAlgorithm, batch_size: int = 256) -
     :return: FLOPs of the matmuls of one ``train(gradient_steps=1)`` call
     """
     scratch = copy.deepcopy(model)
-    plain_forward = mock.patch.object(networks, "inference_path", return_value="plain")
+    plain_forward = mock.patch.object(fast_networks, "inference_path", return_value="plain")
     with plain_forward, plain_matmuls(), FlopCounterMode(display=False) as counter:
         scratch.train(gradient_steps=1, batch_size=batch_size)
     return counter.get_total_flops()

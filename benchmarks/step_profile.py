@@ -24,8 +24,8 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 import qc_sb3.qc.policies
-import qc_sb3.qc_fql.qc_fql
 from benchmarks.speed import CONFIGS, build, random_dataset
+from qc_sb3.accel.fast_networks import FastFlowVectorField
 
 SAMPLERS = "eager samplers"
 COMPILED_FORWARD, COMPILED_BACKWARD = "compiled graph forward", "compiled graph backward"
@@ -65,7 +65,7 @@ def labelled(label: str, function: Callable, disable_compile: bool = False) -> C
 @contextlib.contextmanager
 def labelled_samplers() -> Iterator[None]:
     """The flow samplers, where the algorithms call them, labelled (they run eagerly in a compiled step on CPU)."""
-    patched = [(qc_sb3.qc_fql.qc_fql, "euler_flow_actions"), (qc_sb3.qc.policies, "best_of_n_actions")]
+    patched = [(FastFlowVectorField, "integrate"), (qc_sb3.qc.policies, "best_of_n_actions")]
     originals = [getattr(module, name) for module, name in patched]
     for module, name in patched:
         setattr(module, name, labelled(SAMPLERS, getattr(module, name), disable_compile=True))

@@ -143,19 +143,6 @@ def test_net_arch_follows_sb3(name: str) -> None:
         make_model(name, net_arch=dict(pi=[6], vf=[6]))
 
 
-def test_a_policy_saved_without_the_target_extractor_copy_loads_it_from_the_online_extractor() -> None:
-    policy = make_model("QC").policy
-    with th.no_grad():
-        for parameter in policy.features_extractor.parameters():
-            parameter.add_(1.0)
-    old_state = {k: v for k, v in policy.state_dict().items() if not k.startswith("features_extractor_target.")}
-    fresh = make_model("QC").policy
-    fresh.load_state_dict(old_state)
-    target = fresh.features_extractor_target
-    for online, copied in zip(policy.features_extractor.parameters(), target.parameters(), strict=True):
-        assert th.equal(online, copied)
-
-
 class BatchNormExtractor(BaseFeaturesExtractor):
     """A features extractor with normalisation statistics: Linear -> BatchNorm."""
 

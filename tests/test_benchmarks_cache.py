@@ -13,7 +13,8 @@ from benchmarks.cache import cached, cached_file
 from benchmarks.config import load_config
 from benchmarks.datasets import prepare_datasets
 from benchmarks.planning import plan_runs
-from qc_sb3.common.datasets import OfflineShards, load_offline_transitions
+from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.common.offline_source import OfflineShards
 
 from test_benchmarks_toys import register_toy_suite, toy_config
 from toy_tasks import scripted_demonstrations

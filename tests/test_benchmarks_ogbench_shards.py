@@ -10,7 +10,8 @@ from benchmarks.specs import DatasetRequest
 from benchmarks.suites.ogbench import _prepare_official
 from benchmarks.tasks import get_task
 from envs.ogbench import generate_dataset
-from qc_sb3.common.datasets import OfflineShards, load_offline_transitions
+from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.common.offline_source import OfflineShards
 
 TASK = "cube-double-play-singletask-task2-v0"
 

@@ -18,7 +18,7 @@ from benchmarks.planning import plan_runs
 from benchmarks.run import run_benchmark
 from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
-from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.offline_source import OfflineShards
 
 from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 

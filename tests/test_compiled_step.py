@@ -14,8 +14,9 @@ from stable_baselines3.common.logger import configure
 from torch._inductor import config as inductor_config
 
 from qc_sb3 import QC, QCFQL
-from qc_sb3.common import compiled_step
-from qc_sb3.common.compiled_step import CompiledLosses, compile_unavailable_reason, traced_gelu_tanh
+from qc_sb3.accel import compiled_step
+from qc_sb3.accel.compiled_step import CompiledLosses, compile_unavailable_reason, traced_gelu_tanh
+from qc_sb3.accel.fast_networks import accelerate
 from qc_sb3.common.networks import MLP, CriticEnsemble
 
 OBS_DIM, ACTION_DIM, N_STEPS, BATCH_SIZE = 4, 2, 100, 32
@@ -199,7 +200,7 @@ def test_compiled_networks_trace_gelu_tanh_as_a_sigmoid_on_cpu():
         return graph_module.forward
 
     th.manual_seed(0)
-    mlp, critic, x = MLP(4, [8, 8], 3), CriticEnsemble(4, 2, [8, 8], 2), th.randn(5, 4)
+    mlp, critic, x = accelerate(MLP(4, [8, 8], 3)), accelerate(CriticEnsemble(4, 2, [8, 8], 2)), th.randn(5, 4)
     compiled_mlp, compiled_critic = th.compile(mlp, backend=capture), th.compile(critic, backend=capture)
     th.testing.assert_close(compiled_mlp(x), mlp(x), rtol=1e-5, atol=1e-6)
     th.testing.assert_close(compiled_critic(x, x[:, :2]), critic(x, x[:, :2]), rtol=1e-5, atol=1e-6)

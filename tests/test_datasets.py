@@ -15,11 +15,11 @@ from stable_baselines3.sac.policies import SACPolicy
 
 from qc_sb3 import ChunkReplayBuffer
 from qc_sb3.common.buffers import OFFLINE_ACTION_CLIP
-from qc_sb3.common.datasets import (
+from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.common.offline_transitions import (
     OfflineTransitions,
     add_transitions_to_buffer,
     check_transitions_match_spaces,
-    load_offline_transitions,
     scale_actions,
 )
 

@@ -11,8 +11,8 @@ import pytest
 import torch as th
 
 from qc_sb3 import QC, QCFQL
-from qc_sb3.common.compiled_step import compile_unavailable_reason
-from qc_sb3.common.graphed_update import WARMUP_STEPS, GraphedUpdate, graph_unavailable_reason, set_capturable
+from qc_sb3.accel.compiled_step import compile_unavailable_reason
+from qc_sb3.accel.graphed_update import WARMUP_STEPS, GraphedUpdate, graph_unavailable_reason, set_capturable
 from tests.test_compiled_step import BATCH_SIZE, ShapesEnv, make_model, run_steps
 
 needs_cuda = pytest.mark.skipif(not th.cuda.is_available(), reason="needs a CUDA GPU: CUDA graphs are captured there")

@@ -13,7 +13,9 @@ import pytest
 import torch as th
 from torch import nn
 
-from qc_sb3.common.fast_inference import fused_euler
+from qc_sb3.accel.fast_inference import fused_euler
+from qc_sb3.accel.fast_networks import accelerate
+from qc_sb3.accel.onednn_matmul import MIN_ROWS
 from qc_sb3.common.networks import (
     MLP,
     CriticEnsemble,
@@ -21,18 +23,30 @@ from qc_sb3.common.networks import (
     FlowVectorField,
     OneStepActor,
     best_of_n_actions,
-    euler_flow_actions,
     reference_init_,
 )
-from qc_sb3.common.onednn_matmul import MIN_ROWS
 from qc_sb3.rlpd.networks import LayerNormReLUCriticEnsemble
 
 from reference_math import Layers, critic_values, dense_layers, gelu_tanh, member_layers, mlp_layers, numpy_of
 
 # Forward passes run with autograd on, under no_grad and under inference_mode (the latter two share a fast path).
 GRAD_MODES = {"grad": th.enable_grad, "no_grad": th.no_grad, "inference_mode": th.inference_mode}
-# Batches of a few rows take the BLAS, of MIN_ROWS and more oneDNN's matmul (qc_sb3.common.onednn_matmul).
+# Batches of a few rows take the BLAS, of MIN_ROWS and more oneDNN's matmul (qc_sb3.accel.onednn_matmul).
 ROWS = [5, MIN_ROWS + 3]
+
+
+# Every test runs on the plain modules and on their fast versions (qc_sb3.accel.fast_networks).
+NETWORK_NAMES = ["MLP", "EnsembleMLP", "CriticEnsemble", "FlowVectorField", "OneStepActor", "LayerNormReLUCriticEnsemble"]
+
+
+@pytest.fixture(autouse=True, params=["plain", "fast"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """With "fast", the networks this module builds by name are accelerated as a policy's are."""
+    if request.param == "fast":
+        for name in NETWORK_NAMES:
+            plain = globals()[name]
+            monkeypatch.setitem(globals(), name, lambda *args, _plain=plain, **kwargs: accelerate(_plain(*args, **kwargs)))
+    return request.param
 
 
 def grad_mode(name: str) -> AbstractContextManager:
@@ -305,7 +319,7 @@ def test_euler_integrates_a_time_dependent_field_by_hand() -> None:
     # f = s (3 - 8 t), T = 2: a1 = z + 3 s / 2, a2 = a1 + (3 - 4) s / 2 = z + s.
     field = ScriptedField(lambda s, x, t: s * (3.0 - 8.0 * t))
     observations, noise = th.tensor([[0.8], [-0.2], [0.5]]), th.tensor([[0.0], [0.1], [0.9]])
-    actions = euler_flow_actions(field, observations, noise, flow_steps=2)
+    actions = field.integrate(observations, noise, flow_steps=2)
     # Row 0 passes 1.2 after the first step and comes back to 0.8: no clip on the way (clipping there gives 0.6).
     # Row 2 ends at 1.4 and is clipped once, at the end.
     assert th.allclose(actions, th.tensor([[0.8], [-0.1], [1.0]]), atol=1e-6)
@@ -316,7 +330,7 @@ def test_euler_feeds_back_the_current_point() -> None:
     # f = -x, T = 4: a_T = z (1 - 1/4)^4.
     field = ScriptedField(lambda s, x, t: -x, action_dim=2)
     noise = th.tensor([[0.5, -0.8]])
-    actions = euler_flow_actions(field, th.zeros(1, 1), noise, flow_steps=4)
+    actions = field.integrate(th.zeros(1, 1), noise, flow_steps=4)
     assert th.allclose(actions, th.tensor([[0.5 * 0.75**4, -0.8 * 0.75**4]]), atol=1e-7)
     assert field.times == [0.0, 0.25, 0.5, 0.75]
 
@@ -342,7 +356,7 @@ def test_euler_with_a_real_vector_field_matches_a_hand_loop(mode: str) -> None:
     randomize_(field, generator, std=1.0)
     observations, noise = th.randn(5, 3, generator=generator), th.randn(5, 2, generator=generator)
     with grad_mode(mode):
-        actions = euler_flow_actions(field, observations, noise, flow_steps=5)
+        actions = field.integrate(observations, noise, flow_steps=5)
     layers, norms = mlp_layers(field.mlp)
     expected = noise.double()
     for i in range(5):
@@ -359,13 +373,13 @@ def test_fused_euler_path_matches_a_hand_loop(flow_steps: int, hidden_dims: tupl
     # outside the loop); the hand loop is the reference's a <- a + f(s, a, t) / T in float64.
     generator = th.Generator().manual_seed(21)
     th.manual_seed(21)
-    field = FlowVectorField(4, 3, hidden_dims=hidden_dims)
+    field = accelerate(FlowVectorField(4, 3, hidden_dims=hidden_dims))
     randomize_(field, generator, std=0.4)
     observations, noise = th.randn(9, 4, generator=generator), th.randn(9, 3, generator=generator)
     noise_before = noise.clone()
     with th.no_grad():
         assert field.mlp._path(observations) == "fused"
-        actions = euler_flow_actions(field, observations, noise, flow_steps)
+        actions = field.integrate(observations, noise, flow_steps)
     layers, _ = mlp_layers(field.mlp)
     expected = noise.double()
     for i in range(flow_steps):
@@ -378,11 +392,13 @@ def test_fused_euler_path_matches_a_hand_loop(flow_steps: int, hidden_dims: tupl
 
 def test_fused_euler_is_only_taken_where_it_applies() -> None:
     observations = th.zeros(2, 3)
-    plain, normed = FlowVectorField(3, 2, hidden_dims=(8,)), FlowVectorField(3, 2, hidden_dims=(8,), layer_norm=True)
+    plain = accelerate(FlowVectorField(3, 2, hidden_dims=(8,)))
+    normed = accelerate(FlowVectorField(3, 2, hidden_dims=(8,), layer_norm=True))
     with th.no_grad():
         assert plain.mlp._path(observations) == "fused"
         assert normed.mlp._path(observations) == "in_place"  # LayerNorm cannot be fused into the matmul
-        assert FlowVectorField(3, 2, hidden_dims=()).mlp._path(observations) == "plain"  # no hidden layer
+        no_hidden = accelerate(FlowVectorField(3, 2, hidden_dims=()))
+        assert no_hidden.mlp._path(observations) == "plain"  # no hidden layer
         assert plain.mlp._path(observations.double()) == "in_place"
         with pytest.raises(ValueError, match="flow_steps"):
             fused_euler(plain, observations, th.zeros(2, 2), 0)
@@ -400,7 +416,7 @@ def brute_force_best(
     for b in range(observations.shape[0]):
         candidates, scores = [], []
         for j in range(noise.shape[1]):
-            action = euler_flow_actions(field, observations[b : b + 1], noise[b, j : j + 1], flow_steps)
+            action = field.integrate(observations[b : b + 1], noise[b, j : j + 1], flow_steps)
             q = critic(observations[b : b + 1], action)[:, 0].tolist()
             candidates.append(action[0])
             scores.append(sum(q) / len(q) if q_agg == "mean" else min(q))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from qc_sb3 import QC, RLPD
-from qc_sb3.common.datasets import OfflineShards, sparse_rewards
+from qc_sb3.common.offline_source import OfflineShards
+from qc_sb3.common.offline_transitions import sparse_rewards
 
 from toy_tasks import PointReachEnv, scripted_demonstrations
 

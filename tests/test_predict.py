@@ -149,13 +149,3 @@ def test_loops_that_pass_the_state_back_never_warn(cls, tmp_path):
             if episode_start:
                 observation, _ = env.reset()
     assert not replanning_warnings(record)
-
-
-def test_qc_model_saved_without_the_fixed_noise_still_loads(tmp_path):
-    model = make_flow_model(QC)
-    state_dict = {name: value for name, value in model.policy.state_dict().items() if name != "deterministic_noise"}
-    policy = make_flow_model(QC, seed=1).policy
-    with pytest.warns(UserWarning, match="has no deterministic_noise"):
-        policy.load_state_dict(state_dict)
-    th.testing.assert_close(policy.flow.state_dict(), model.policy.flow.state_dict())
-    assert policy.deterministic_noise.shape == model.policy.deterministic_noise.shape

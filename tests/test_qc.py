@@ -526,10 +526,11 @@ def test_tau_of_one_is_accepted():
     assert make_model(QC, tau=1.0).tau == 1.0
 
 
-def test_batch_larger_than_the_offline_data_warns():
+@pytest.mark.parametrize("cls", [QC, QCFQL])
+def test_batch_larger_than_the_offline_data_warns(cls):
     # offline_arrays() holds 6 episodes of 12 steps: 72 steps.
     with pytest.warns(UserWarning, match=r"batch_size=100 is larger than the offline dataset \(72 steps\)") as record:
-        make_model(QC, batch_size=100)
+        make_model(cls, batch_size=100)
     assert record[0].filename == __file__, "the warning points at the user's code"
 
 

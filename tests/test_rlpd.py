@@ -15,7 +15,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
 
 from qc_sb3 import RLPD
-from qc_sb3.common import onednn_matmul
+from qc_sb3.accel import onednn_matmul
 from qc_sb3.common.evaluation import evaluate_success
 
 from reference_math import critic_values, numpy_of, sac_actor_mean_log_std, squashed_log_prob
@@ -135,7 +135,7 @@ def test_actor_is_the_reference_mlp_with_xavier_uniform_weights_and_zero_biases(
     # The reference's actor: MLP(4 x 512, ReLU after every hidden layer, no LayerNorm), then Dense mean and Dense
     # log-std heads, every layer Xavier-uniform with zero biases.
     actor = RLPD("MlpPolicy", make_env(), offline_dataset=offline_arrays(), chunk_size=5).policy.actor
-    # (Linear layers whose matmuls run on oneDNN on CPU: nn.Linear with the same parameters, qc_sb3.common.onednn_matmul)
+    # (Linear layers whose matmuls run on oneDNN on CPU: nn.Linear with the same parameters, qc_sb3.accel.onednn_matmul)
     assert [type(layer) for layer in actor.latent_pi] == [onednn_matmul.Linear, th.nn.ReLU] * 4
     layers = [layer for layer in actor.latent_pi if isinstance(layer, th.nn.Linear)] + [actor.mu, actor.log_std]
     flat_chunk = 5 * ACTION_DIM

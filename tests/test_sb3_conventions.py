@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from qc_sb3 import QC, RLPD
-from qc_sb3.common.datasets import OfflineShards, offline_source_record, open_offline_source_record
+from qc_sb3.common.offline_source import OfflineShards, offline_source_record, open_offline_source_record
 
 from test_qc import EPISODE_LENGTH, OBS_DIM, TINY, make_env, make_model, offline_arrays
 

@@ -18,7 +18,7 @@ from benchmarks.cache import cached, cached_file, file_fingerprint, short_digest
 from benchmarks.methods import paper_domain_settings
 from benchmarks.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec, expand_path
 from envs.minari_root import minari_root
-from qc_sb3.common.datasets import OfflineShards
+from qc_sb3.common.offline_source import OfflineShards
 
 # docs/algorithms.md §5: seeds per task in the paper.
 DEFAULT_SEEDS = 4

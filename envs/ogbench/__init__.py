@@ -13,7 +13,7 @@ from envs.ogbench.tasks import (
 )
 
 # The sparse reward on arrays (offline rewards) is the library's own (qc_sb3.common.datasets).
-from qc_sb3.common.datasets import sparse_rewards
+from qc_sb3.common.offline_transitions import sparse_rewards
 
 __all__ = [
     "EPISODE_LIMITS",

@@ -13,6 +13,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import get_parameters_by_name
 from torch import nn
 
+from qc_sb3.accel.fast_networks import accelerate
 from qc_sb3.common.policies import ChunkPolicy
 
 DEFAULT_HIDDEN_DIMS = [512, 512, 512, 512]
@@ -23,7 +24,7 @@ def default_optimizer_kwargs(
 ) -> dict[str, Any]:
     """
     The optimizer keyword arguments to use: the given ones, else Adam's fused implementation (the same update as
-    one kernel over all parameters, about 20% more gradient steps/s on CPU) or nothing for other optimizers.
+    one kernel over all parameters) or nothing for other optimizers.
 
     :param optimizer_class: The optimizer class
     :param optimizer_kwargs: The user's keyword arguments, or None
@@ -84,6 +85,8 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     :param optimizer_class: Optimizer class (Adam)
     :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, beta 0.9/0.999, eps 1e-8, no weight
         decay, with its fused implementation)
+    :param fast_paths: Swap the fast implementations of :mod:`qc_sb3.accel` into the networks (the same parameters
+        and values to float32 rounding); False keeps the plain modules of :mod:`qc_sb3.common.networks`
     """
 
     optimized_modules: ClassVar[tuple[str, ...]]
@@ -106,6 +109,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         normalize_images: bool = True,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
+        fast_paths: bool = True,
     ):
         super().__init__(
             observation_space,
@@ -120,6 +124,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         self.n_critics = n_critics
         self.optimizer_class = optimizer_class
         self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
+        self.fast_paths = fast_paths
         self.actor_hidden_dims, self.critic_hidden_dims = hidden_dims_of(net_arch)
         self.features_extractor = self.make_features_extractor()
         self.features_dim = self.features_extractor.features_dim
@@ -127,6 +132,8 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     def _build(self, lr_schedule: Schedule) -> None:
         """Build the networks, the frozen target copies and the optimizers; each subclass's ``__init__`` ends with it."""
         self._build_networks()
+        if self.fast_paths:
+            accelerate(self)
         self.critic_target.load_state_dict(self.critic.state_dict())
         # Targets never train: frozen, and in eval mode for good (normalisation statistics, dropout), as in SB3's SAC.
         self.critic_target.requires_grad_(False).train(False)
@@ -177,14 +184,6 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         """The target critic's state input: the observations through the target copy of the features extractor."""
         return self.extract_features(observations, self.features_extractor_target)  # type: ignore[return-value]
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        # A model saved before the target critic had its own extractor copy starts that copy from the online one.
-        online, target = f"{prefix}features_extractor.", f"{prefix}features_extractor_target."
-        if not any(key.startswith(target) for key in state_dict):
-            for key in [key for key in state_dict if key.startswith(online)]:
-                state_dict[target + key[len(online) :]] = state_dict[key]
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def set_training_mode(self, mode: bool) -> None:
         modules = [self.features_extractor, *(getattr(self, name) for name in self.optimized_modules)]
         # Reading every submodule's flag costs a fifth of setting it (nn.Module.__setattr__), and each decision
@@ -202,6 +201,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
             n_critics=self.n_critics,
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
+            fast_paths=self.fast_paths,
         )
         return data
 

@@ -155,9 +155,9 @@ class ChunkReplayBuffer(ReplayBuffer):
         scale; they are clipped to ±(1 - 1e-5) (docs/algorithms.md §1).
 
         Only the shapes are checked here. The values are checked once, where offline data enters qc_sb3: by
-        :class:`~qc_sb3.common.datasets.OfflineTransitions` and :func:`~qc_sb3.common.datasets.check_transitions_fit`
-        (an algorithm's ``offline_dataset``, or :func:`~qc_sb3.common.datasets.add_transitions_to_buffer`, which
-        scales the actions too). Non-zero flags count as 1.
+        ``OfflineTransitions`` and ``check_transitions_fit`` of :mod:`qc_sb3.common.offline_transitions` (an
+        algorithm's ``offline_dataset``, or its ``add_transitions_to_buffer``, which scales the actions too).
+        Non-zero flags count as 1.
 
         :param observations: ``(N, *obs_shape)``, s_t
         :param actions: ``(N, A)`` or ``(N, *action_shape)``, a_t in [-1, 1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import numbers
 import pathlib
-from abc import abstractmethod
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,12 +17,12 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
+from qc_sb3.accel.compiled_step import CompiledLosses
+from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
-from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
-from qc_sb3.common.compiled_step import CompiledLosses
+from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
-from qc_sb3.common.graphed_update import GraphedUpdate, set_capturable
-from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int, check_training_finite
+from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
 from qc_sb3.common.offline_source import offline_source_record
@@ -35,39 +34,16 @@ SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="
 class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     """
     Base class of every chunked method: an SB3 off-policy algorithm that trains on sliding-window chunks of
-    primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed
-    open-loop through one action queue per env, and runs an offline phase before its online phase.
+    primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed open loop
+    through one action queue per env, and runs an offline phase before its online phase (docs/algorithms.md §5).
 
-    * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run by ``learn()`` after
-      the callbacks' ``on_training_start`` and before its first env step (or explicitly with :meth:`pretrain`).
-      Gradient steps never count as env steps: ``num_timesteps`` stays 0 and progress is kept in
-      ``offline_steps_done``. Callbacks are called after every offline gradient step (see :meth:`learn`). A dataset
-      given as :class:`~qc_sb3.common.datasets.OfflineShards` is rotated through, one shard in the buffer at a time.
-    * Online phase (docs/algorithms.md §5): the policy acts from the first env step; updates start after ``learning_starts``
-      online steps, ``gradient_steps`` per ``train_freq`` env steps. Every primitive step is stored; a queue is
-      cleared when its episode ends.
-
-    * Logs: the offline phase logs ``offline/*`` (its losses averaged over ``offline_log_interval`` gradient steps,
-      x = ``offline_steps_done``), the online phase ``train/*`` and ``rollout/*`` as SB3 does (x = env steps), so
-      that every tensorboard tag has one monotone x-axis.
-    * Saving: the model records where its offline data came from (a Minari id or folder, or ``OfflineShards`` of
-      those) and ``load()`` reads it again into the replay buffer (``load(..., offline_dataset=...)`` overrides);
-      data passed in memory is not saved, and ``load()`` warns that the buffer holds no offline data.
-    * ``VecNormalize``: the first ``learn()`` or :meth:`pretrain` updates its statistics with the offline data (if
-      its ``training`` is on) before any gradient step, so that the offline phase trains on observations and
-      rewards normalised as the online phase will see them; online steps keep updating them as in SB3.
-    * Dict observation spaces are not supported: flatten them with ``gymnasium.wrappers.FlattenObservation``.
-
-    * Update (docs/algorithms.md §3): one gradient step computes every loss of :meth:`_losses` with the same pre-step
-      parameters, backpropagates :meth:`_optimized_loss` once, moves the target critic by Polyak averaging of the
-      critic's pre-step weights (the reference's order), then steps every optimizer. The policy provides
-      ``critic``, ``critic_target`` and ``optimizers``.
-
-    * Checks beyond SB3's: NaN or inf (also as float32, the buffer's dtype) in the offline data or in an env
-      step's observations and rewards are refused, naming the step; ``train()`` raises a RuntimeError naming the
-      update and the loss when a loss or the parameters become NaN or inf, checked once per call on the values it
-      reads from the device anyway, i.e. after that call's optimizer steps (the model must then not be saved);
-      ``load()`` refuses a truncated zip or another algorithm's model, naming the algorithm found.
+    * Offline phase: ``offline_gradient_steps`` gradient steps on ``offline_dataset``, run by ``learn()`` after the
+      callbacks' ``on_training_start`` and before its first env step (or by :meth:`pretrain`). They never count as
+      env steps: ``num_timesteps`` stays 0, progress is ``offline_steps_done``, logged as ``offline/*``.
+    * Online phase: the policy acts from the first env step; updates start after ``learning_starts`` online steps,
+      logged as ``train/*`` and ``rollout/*`` as in SB3.
+    * Saving records where the offline data came from (a Minari id or folder), not the data; ``load()`` reads it again.
+    * NaN or inf in the offline data, an env step or the losses is refused with an error naming the step.
 
     The env is the ordinary primitive env: chunking lives in the algorithm (docs/design.md). Subclasses implement
     ``_losses`` and ``_optimized_loss`` and call ``_setup_model()`` at the end of their ``__init__``.
@@ -86,7 +62,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (docs/algorithms.md §4)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
-        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        ``OfflineTransitions``, or :class:`~qc_sb3.OfflineShards`;
         the model saves where it came from, not the data. None: no offline phase (``learn()`` warns that it skips it)
     :param offline_gradient_steps: Gradient steps of the offline phase (the reference's 1M by default)
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
@@ -101,19 +77,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages
     :param device: Device (cpu, cuda, ...) on which the code should be run
     :param seed: Seed for the pseudo random generators
-    :param compile_step: Compile the losses of the gradient step and their backward pass with ``torch.compile``
-        (:mod:`qc_sb3.common.compiled_step`): the same updates to float32 rounding, somewhat faster on CPU for
-        small networks (the README's speed notes: QC-FQL 1.13x, QC 1.07x at 2 x 256), at a one-off compile in the
-        first ``train()`` of a process (tens of seconds cold, a few once inductor's on-disk cache holds the
-        graphs). The policy's decision (``predict``, ``predict_chunk``) is compiled too, as one graph at its first
-        call (:mod:`qc_sb3.common.compiled_decision`): the same chunks to float32 rounding from the same generator
-        state, 1.5x to 2x faster with 2 x 256 networks on CPU; the first decision times both and keeps the eager
-        one where it is faster (QC at the paper's 4 x 512). On a CUDA device the update after batch sampling (the
-        losses, backward, Polyak, the optimizers' steps) is also captured as one CUDA graph after a few warm-up steps
-        and replayed (:mod:`qc_sb3.common.graphed_update`; a learning-rate schedule that changes the rate makes the
-        updates eager again, with a warning), and the decision too. Off by default, as in SB3; where compiling is
-        impossible (no C++ compiler, no triton, another device) the step and the decision stay eager with a warning
-        that says why
+    :param compile_step: Compile the losses of the gradient step and the policy's decision with ``torch.compile``
+        (:mod:`qc_sb3.accel`), and on CUDA capture the update as a CUDA graph: the same updates and chunks to float32
+        rounding. Off by default, as in SB3; where compiling is impossible it stays eager with a warning saying why
     :param supported_action_spaces: The action spaces supported by the algorithm
     """
 
@@ -321,110 +287,6 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         super().set_env(env, force_reset)
         if force_reset:
             self._action_queue = None
-
-    def train(self, gradient_steps: int, batch_size: int = 256) -> None:
-        policy = self.policy
-        policy.set_training_mode(True)
-        self._update_learning_rate(policy.optimizers)
-        self._unread_losses.extend(self._gradient_step(batch_size) for _ in range(gradient_steps))
-        self._n_updates += gradient_steps
-        # Reading the losses is a host synchronisation: on an accelerator it waits for the update to finish, which
-        # could otherwise overlap the next env steps. There they are read once per log dump (dump_logs), averaged
-        # over the updates since the previous one; on the CPU, where a read costs nothing, after every call, as SB3
-        # records its losses.
-        if self._read_losses_every_train:
-            self._read_train_losses()
-
-    def _read_train_losses(self) -> None:
-        """Record ``train/<name>``, averaged over the online updates not yet read, and check them (if any)."""
-        if not self._unread_losses:
-            return
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        step_losses, self._unread_losses = self._unread_losses, []
-        self._record_checked_means("train", step_losses)
-
-    def dump_logs(self) -> None:
-        """Write the online log data, as SB3 does, with the losses of the updates since the last dump."""
-        self._read_train_losses()
-        super().dump_logs()
-
-    def _gradient_step(self, batch_size: int) -> dict[str, th.Tensor]:
-        """
-        One update (docs/algorithms.md §3) on a fresh batch.
-
-        :param batch_size: Minibatch size
-        :return: The losses of :meth:`_losses`, detached
-        """
-        batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
-        return self._update(batch) if self._update_graph is None else self._update_graph(batch)
-
-    def _update(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
-        """
-        The update of one gradient step on a sampled batch: the losses, one backward pass, the Polyak update and
-        every optimizer's step (captured as one CUDA graph with ``compile_step=True`` on a GPU).
-
-        :param batch: A batch of chunk windows
-        :return: The losses of :meth:`_losses`, detached
-        """
-        policy = self.policy
-        optimizers = policy.optimizers
-        losses = self._losses(batch) if self._step_losses is None else self._step_losses(batch)
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        self._optimized_loss(losses).backward()
-        # docs/algorithms.md §3: target update from the critic's weights before this step, as the reference does.
-        # target <- (1 - tau) target + tau online, every tensor in one call (SB3's polyak_update takes two per tensor);
-        # without autograd, or each update would chain the target onto the critic's graph (as SB3's polyak_update does)
-        with th.no_grad():
-            th._foreach_lerp_(*policy.target_parameters(), self.tau)
-            if self._has_running_statistics:
-                th._foreach_copy_(*policy.target_running_statistics())
-        for optimizer in optimizers:
-            optimizer.step()
-        return {name: value.detach() for name, value in losses.items()}
-
-    def _record_checked_means(self, prefix: str, step_losses: list[dict[str, th.Tensor]]) -> None:
-        """
-        Record ``<prefix>/<name>``, each loss averaged over the last ``len(step_losses)`` updates, and stop training
-        with an error if a loss or the parameters became NaN or inf in them. The losses stay on the device until
-        here: this is one host read for all of them (a read per loss and step would stall a GPU).
-
-        :param prefix: The logger's prefix ("train" online, "offline" in the offline phase)
-        :param step_losses: The detached losses of each update, the last one being update ``n_updates``
-        """
-        names = list(step_losses[0])
-        losses_per_step = th.stack([th.stack(list(losses.values())) for losses in step_losses])
-        first_non_finite_step = (~th.isfinite(losses_per_step).all(dim=1)).int().argmax()
-        parameters_norm = th.nn.utils.get_total_norm(list(self.policy.parameters()))
-        *means, non_finite_step, norm = th.cat(
-            [
-                losses_per_step.mean(dim=0),
-                first_non_finite_step[None].to(losses_per_step),
-                parameters_norm[None].to(losses_per_step),
-            ]
-        ).tolist()
-        first_update = self._n_updates - len(step_losses) + 1
-        check_training_finite(names, means, first_update + int(non_finite_step), norm, first_update, self._n_updates)
-        for name, mean in zip(names, means, strict=True):
-            self.logger.record(f"{prefix}/{name}", mean)
-
-    @abstractmethod
-    def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
-        """
-        Every loss and statistic of one gradient step (all logged as ``train/<name>``, averaged over the call).
-
-        :param batch: A batch of chunk windows
-        :return: Named scalar tensors
-        """
-
-    @abstractmethod
-    def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
-        """
-        The scalar to backpropagate, from the losses of :meth:`_losses`.
-
-        :param losses: The output of :meth:`_losses`
-        :return: A scalar tensor
-        """
 
     def _setup_learn(
         self,

@@ -11,41 +11,12 @@ import minari
 import numpy as np
 
 from qc_sb3.common.offline_source import (
-    OfflineShards,
     OfflineSource,
-    describe_offline_source_record,
-    offline_source_record,
-    open_offline_source_record,
 )
 from qc_sb3.common.offline_transitions import (
-    ACTION_BOUNDS_TOLERANCE,
     OfflineTransitions,
-    add_transitions_to_buffer,
     check_finite_as_float32,
-    check_transitions_fit,
-    check_transitions_match_spaces,
-    scale_actions,
-    sparse_rewards,
-    with_sparse_rewards,
 )
-
-# The offline-data API, importable from here as before the modules it lives in were split out.
-__all__ = [
-    "ACTION_BOUNDS_TOLERANCE",
-    "OfflineShards",
-    "OfflineSource",
-    "OfflineTransitions",
-    "add_transitions_to_buffer",
-    "check_transitions_fit",
-    "check_transitions_match_spaces",
-    "describe_offline_source_record",
-    "load_offline_transitions",
-    "offline_source_record",
-    "open_offline_source_record",
-    "scale_actions",
-    "sparse_rewards",
-    "with_sparse_rewards",
-]
 
 # Accepted names of each field of a Mapping source, in the order they are looked up.
 _MAPPING_KEYS: dict[str, tuple[str, ...]] = {

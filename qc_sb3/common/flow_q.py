@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
-from qc_sb3.common.buffers import ChunkReplayBufferSamples
+from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.losses import Q_AGGREGATIONS, chunked_td_target, critic_loss, flow_matching_loss
 from qc_sb3.common.networks import CriticEnsemble, FlowVectorField
@@ -106,12 +106,14 @@ class FlowQPolicy(ActorCriticChunkPolicy):
 
 class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
     """
-    The losses of QC and QC-FQL (docs/algorithms.md §3): chunked TD for the critic, flow matching for the flow, one gradient
-    step on ``L_Q + L_actor`` (the update itself is the base class's). Subclasses define the actor-side loss.
+    The losses of QC and QC-FQL (docs/algorithms.md §3): chunked TD for the critic, flow matching for the flow, one
+    gradient step on ``L_Q + L_actor`` (the update itself is the base class's). Subclasses define the actor-side loss,
+    set their own hyperparameters before calling this constructor, and list every parameter in their docstring.
 
     :param flow_steps: Euler steps T of the flow sampler
     :param n_critics: Critic ensemble size K
     :param q_agg: Ensemble aggregation of the TD target and of best-of-N scoring, "mean" (reference) or "min"
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
 
     The other parameters are those of :class:`~qc_sb3.common.chunked.ChunkedOffPolicyAlgorithm`.
     """
@@ -120,22 +122,74 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
 
     def __init__(
         self,
-        *args: Any,
+        policy: str | type[FlowQPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 3e-4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 5000,
+        batch_size: int = 256,
+        tau: float = 0.005,
+        gamma: float = 0.99,
+        train_freq: int | tuple[int, str] = 1,
+        gradient_steps: int = 1,
+        chunk_size: int = 5,
+        action_chunking: bool = True,
         flow_steps: int = 10,
         n_critics: int = 2,
         q_agg: str = "mean",
-        **kwargs: Any,
+        offline_dataset: Any = None,
+        offline_gradient_steps: int = 1_000_000,
+        offline_log_interval: int = 1000,
+        offline_sparse_rewards: bool = False,
+        replay_buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer,
+        replay_buffer_kwargs: dict[str, Any] | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        verbose: int = 0,
+        device: th.device | str = "auto",
+        seed: int | None = None,
+        compile_step: bool = False,
+        _init_setup_model: bool = True,
     ):
-        super().__init__(*args, **kwargs)
         if q_agg not in Q_AGGREGATIONS:
             raise ValueError(f"q_agg must be one of {Q_AGGREGATIONS}, got {q_agg!r}")
         if flow_steps < 1:
             raise ValueError(f"flow_steps must be >= 1, got {flow_steps}")
         if n_critics < 1:
             raise ValueError(f"n_critics must be >= 1, got {n_critics}")
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            tau=tau,
+            gamma=gamma,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            chunk_size=chunk_size,
+            action_chunking=action_chunking,
+            offline_dataset=offline_dataset,
+            offline_gradient_steps=offline_gradient_steps,
+            offline_log_interval=offline_log_interval,
+            offline_sparse_rewards=offline_sparse_rewards,
+            replay_buffer_class=replay_buffer_class,
+            replay_buffer_kwargs=replay_buffer_kwargs,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            seed=seed,
+            compile_step=compile_step,
+        )
         self.flow_steps = flow_steps
         self.n_critics = n_critics
         self.q_agg = q_agg
+        if _init_setup_model:
+            self._setup_model()
 
     def _policy_hyperparameters(self) -> dict[str, Any]:
         """Algorithm hyperparameters the policy needs (same-named attributes on both)."""

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def user_stacklevel() -> int:
+    """
+    The ``stacklevel`` of ``warnings.warn`` that points at the first caller outside qc_sb3, for a warning raised in the
+    function that calls this one (as pandas' ``find_stack_level``).
+    """
+    level, frame = 1, inspect.currentframe()
+    frame = frame.f_back if frame is not None else None  # the function that warns: stacklevel 1
+    while frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE_DIR):
+        level += 1
+        frame = frame.f_back
+    return level
 
 
 def check_positive_int(name: str, value: Any, minimum: int = 1) -> None:

@@ -1,11 +1,6 @@
 """
-Networks of the Q-chunking reference (docs/algorithms.md §2) and the flow samplers built on them (§3).
-
-Each module is written with plain, differentiable PyTorch ops; their Linear layers are
-:func:`~qc_sb3.common.onednn_matmul.linear` and :func:`~qc_sb3.common.onednn_matmul.ensemble_linear` (``addmm`` and
-``baddbmm``, or oneDNN's matmul on CPU). Without autograd, forward passes may take the CPU fast paths of
-:mod:`qc_sb3.common.fast_inference` (same values to float32 rounding), which
-:func:`~qc_sb3.common.fast_inference.inference_path` chooses.
+Networks of the Q-chunking reference (docs/algorithms.md §2) and the flow samplers built on them (§3), in plain
+PyTorch. Faster implementations of the same modules, tested against these, live in :mod:`qc_sb3.accel`.
 """
 
 import itertools
@@ -16,32 +11,19 @@ import torch as th
 import torch.nn.functional as F
 from torch import nn
 
-from qc_sb3.common import fast_inference
-from qc_sb3.common.compiled_step import run_eagerly_on_cpu, traced_gelu_tanh
-from qc_sb3.common.fast_inference import LAYER_NORM_EPS, inference_path
-from qc_sb3.common.onednn_matmul import ensemble_linear
-from qc_sb3.common.onednn_matmul import linear as linear_layer
+LAYER_NORM_EPS = 1e-6
 
 
 def gelu_tanh(x: th.Tensor) -> th.Tensor:
-    """
-    GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2): ``F.gelu(x,
-    approximate="tanh")``, which compiled code on CPU computes as
-    :func:`~qc_sb3.common.compiled_step.traced_gelu_tanh` (the same function, faster there).
-    """
-    if th.compiler.is_compiling() and x.device.type == "cpu":
-        return traced_gelu_tanh(x)
+    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2)."""
     return F.gelu(x, approximate="tanh")
 
 
 class TanhGELU(nn.GELU):
-    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2), as :func:`gelu_tanh`."""
+    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2)."""
 
     def __init__(self) -> None:
         super().__init__(approximate="tanh")
-
-    def forward(self, input: th.Tensor) -> th.Tensor:
-        return gelu_tanh(input)
 
 
 def layer_norm(h: th.Tensor, scale: th.Tensor, offset: th.Tensor) -> th.Tensor:
@@ -87,38 +69,27 @@ class MLP(nn.Module):
         for linear in self.linears:
             reference_init_(linear.weight, linear.bias)
 
-    def _path(self, x: th.Tensor) -> fast_inference.InferencePath:
-        return inference_path(x, len(self.linears) - 1, True, self.norms is not None, ensemble=False)
-
     def forward(self, x: th.Tensor) -> th.Tensor:
         """
         :param x: Inputs of shape ``(..., input_dim)``
         :return: Outputs of shape ``(..., output_dim)``
         """
-        h = x.reshape(-1, x.shape[-1])
-        if self._path(h) == "fused":
-            out = fast_inference.fused_mlp_forward(self, h)
-        else:
-            first = self.linears[0]
-            out = self.forward_from_first_layer(linear_layer(h, first.weight, first.bias))
-        return out.view(*x.shape[:-1], self.linears[-1].out_features)
+        return self.forward_from_first_layer(self.linears[0](x))
 
     def forward_from_first_layer(self, pre: th.Tensor) -> th.Tensor:
         """
         Finish the forward pass from the first Linear layer's output (a caller may compute that layer its own way,
         as the Euler sampler does to reuse the observation's share of it across steps).
 
-        :param pre: Output of the first Linear layer, shape ``(M, hidden_dims[0])`` (or ``(M, output_dim)``)
-        :return: Outputs of shape ``(M, output_dim)``
+        :param pre: Output of the first Linear layer, shape ``(..., hidden_dims[0])`` (or ``(..., output_dim)``)
+        :return: Outputs of shape ``(..., output_dim)``
         """
-        if self._path(pre) != "plain":
-            return fast_inference.in_place_mlp_from_first_layer(self, pre)
         h = pre
         for i, linear in enumerate(self.linears[1:]):
             h = gelu_tanh(h)
             if self.norms is not None:
-                h = layer_norm(h, self.norms[i].weight, self.norms[i].bias)
-            h = linear_layer(h, linear.weight, linear.bias)
+                h = self.norms[i](h)
+            h = linear(h)
         return h
 
 
@@ -160,7 +131,6 @@ class EnsembleMLP(nn.Module):
         self.norm_biases = nn.ParameterList(th.zeros(n_members, d) for d in hidden_dims) if layer_norm else None
         self.activation = activation_fn()
         self.norm_before_activation = norm_before_activation
-        self._gelu_then_layer_norm = activation_fn is TanhGELU and not norm_before_activation
 
     def forward(self, x: th.Tensor, frozen: bool = False) -> th.Tensor:
         """
@@ -170,21 +140,36 @@ class EnsembleMLP(nn.Module):
         """
         parameters = [self.weights, self.biases, self.norm_weights or [], self.norm_biases or []]
         weights, biases, scales, offsets = ([p.detach() if frozen else p for p in group] for group in parameters)
+        return self.layers(x, weights, biases, scales, offsets)
+
+    def layers(
+        self,
+        x: th.Tensor,
+        weights: list[th.Tensor],
+        biases: list[th.Tensor],
+        scales: list[th.Tensor],
+        offsets: list[th.Tensor],
+    ) -> th.Tensor:
+        """
+        The members' layers on a shared input, with the given parameters (the module's, or detached copies).
+
+        :param x: Inputs of shape ``(B, input_dim)``
+        :param weights: Weights ``(K, in, out)`` per layer
+        :param biases: Biases ``(K, out)`` per layer
+        :param scales: LayerNorm scales ``(K, out)`` per hidden layer (empty: no LayerNorm)
+        :param offsets: LayerNorm offsets, likewise
+        :return: Outputs of shape ``(K, B, output_dim)``
+        """
         last = len(weights) - 1
-        path = inference_path(x, last, self._gelu_then_layer_norm, bool(scales), ensemble=True)
-        if path == "fused":
-            return fast_inference.fused_ensemble_forward(x, weights, biases, scales, offsets)
-        if path == "in_place":
-            return fast_inference.in_place_ensemble_forward(self, x, weights, biases, scales, offsets)
         h = x.expand(self.n_members, *x.shape)  # a stride-0 view: one batched matmul for all members
         for i in range(last):
-            h = ensemble_linear(h, weights[i], biases[i])
+            h = th.baddbmm(biases[i].unsqueeze(1), h, weights[i])
             if scales and self.norm_before_activation:
                 h = layer_norm(h, scales[i].unsqueeze(1), offsets[i].unsqueeze(1))
             h = self.activation(h)
             if scales and not self.norm_before_activation:
                 h = layer_norm(h, scales[i].unsqueeze(1), offsets[i].unsqueeze(1))
-        return ensemble_linear(h, weights[last], biases[last])
+        return th.baddbmm(biases[last].unsqueeze(1), h, weights[last])
 
 
 class CriticEnsemble(nn.Module):
@@ -279,6 +264,22 @@ class FlowVectorField(nn.Module):
             pre = pre.add_(weight[:, -1], alpha=t)
         return self.mlp.forward_from_first_layer(pre)
 
+    def integrate(self, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
+        """
+        Flow actions: integrate from noise with ``flow_steps`` Euler steps, a <- a + f(s, a, i / T) / T, and clip
+        the result to [-1, 1] once, at the end (docs/algorithms.md §3).
+
+        :param observations: Observations of shape ``(M, observation_dim)``
+        :param noise: Starting points z of shape ``(M, action_dim)``
+        :param flow_steps: Number of Euler steps T
+        :return: Actions of shape ``(M, action_dim)``
+        """
+        state_term = self.state_term(observations)  # once for all T steps
+        actions = noise
+        for i in range(flow_steps):
+            actions = actions + self.velocity(state_term, actions, i / flow_steps) / flow_steps
+        return actions.clamp(-1.0, 1.0)
+
 
 class OneStepActor(nn.Module):
     """
@@ -309,31 +310,6 @@ class OneStepActor(nn.Module):
         return self.mlp(th.cat((observations, noise), dim=-1))
 
 
-@run_eagerly_on_cpu
-def euler_flow_actions(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
-    """
-    Integrate the flow from noise with ``flow_steps`` Euler steps, a <- a + f(s, a, i / T) / T, and clip the result
-    to [-1, 1] once, at the end (docs/algorithms.md §3).
-
-    Where the vector field's forward takes the ``"fused"`` path this runs as
-    :func:`~qc_sb3.common.fast_inference.fused_euler` (same values to float32 rounding).
-
-    :param vector_field: Velocity field f(s, x, t)
-    :param observations: Observations of shape ``(M, observation_dim)``
-    :param noise: Starting points z of shape ``(M, action_dim)``
-    :param flow_steps: Number of Euler steps T
-    :return: Actions of shape ``(M, action_dim)``
-    """
-    if flow_steps > 0 and vector_field.mlp._path(observations) == "fused":
-        return fast_inference.fused_euler(vector_field, observations, noise, flow_steps)
-    state_term = vector_field.state_term(observations)  # once for all T steps
-    actions = noise
-    for i in range(flow_steps):
-        actions = actions + vector_field.velocity(state_term, actions, i / flow_steps) / flow_steps
-    return actions.clamp(-1.0, 1.0)
-
-
-@run_eagerly_on_cpu
 def best_of_n_actions(
     vector_field: FlowVectorField,
     critic: CriticEnsemble,
@@ -367,7 +343,7 @@ def best_of_n_actions(
     elif noise.shape != (batch_size, n_samples, action_dim):
         raise ValueError(f"noise must have shape {(batch_size, n_samples, action_dim)}, got {tuple(noise.shape)}")
     repeated_observations = observations.repeat_interleave(n_samples, dim=0)  # row b * N + j is state b
-    actions = euler_flow_actions(vector_field, repeated_observations, noise.reshape(-1, action_dim), flow_steps)
+    actions = vector_field.integrate(repeated_observations, noise.reshape(-1, action_dim), flow_steps)
     q_values = critic(repeated_observations, actions)  # (K, B * N)
     scores = q_values.mean(dim=0) if q_agg == "mean" else q_values.amin(dim=0)
     best = scores.view(batch_size, n_samples).argmax(dim=1)

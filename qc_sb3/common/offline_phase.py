@@ -8,13 +8,14 @@ from typing import Any, TypeVar
 import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import configure_logger, update_learning_rate
 
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.common.gradient_update import GradientUpdateMixin
+from qc_sb3.common.input_checks import user_stacklevel
 from qc_sb3.common.normalization import fit_vec_normalize
 from qc_sb3.common.offline_source import OfflineShards, describe_offline_source_record, open_offline_source_record
 from qc_sb3.common.offline_transitions import (
@@ -27,15 +28,15 @@ from qc_sb3.common.offline_transitions import (
 SelfOfflinePhaseMixin = TypeVar("SelfOfflinePhaseMixin", bound="OfflinePhaseMixin")
 
 
-class OfflinePhaseMixin(OffPolicyAlgorithm):
+class OfflinePhaseMixin(GradientUpdateMixin):
     """
     The offline phase of :class:`~qc_sb3.common.chunked.ChunkedOffPolicyAlgorithm` (whose docstring describes it
     to users): reading and checking ``offline_dataset`` once, before any network is built, seeding the replay
     buffer with it (one shard at a time for ``OfflineShards``), fitting a ``VecNormalize`` on it, the offline
     gradient steps (:meth:`pretrain`), and :meth:`learn`, which runs what remains of them before SB3's online loop.
 
-    It uses the algorithm's ``_gradient_step`` and ``_record_checked_means``, shared with the online ``train()``, and
-    its ``_read_train_losses`` (the online losses not yet read) before ``learn()`` returns.
+    Its gradient steps are :class:`~qc_sb3.common.gradient_update.GradientUpdateMixin`'s, shared with the online
+    ``train()``, whose unread online losses it reads before ``learn()`` returns.
     """
 
     policy: ActorCriticChunkPolicy
@@ -73,7 +74,7 @@ class OfflinePhaseMixin(OffPolicyAlgorithm):
             warnings.warn(
                 f"batch_size={self.batch_size} is larger than the offline dataset ({len(data)} "
                 "steps): batches are drawn with replacement and repeat steps",
-                stacklevel=5,  # the user's QC(...), QCFQL(...) or RLPD(...) call, through __init__ and _setup_model
+                stacklevel=user_stacklevel(),  # the user's QC(...), QCFQL(...) or RLPD(...) call
             )
         append_checked_transitions(self.replay_buffer, data, self.action_space)  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 
-from qc_sb3.common.compiled_decision import CompiledDecision
+from qc_sb3.accel.compiled_decision import CompiledDecision
 
 # The recurrent state that carries the action queues between `predict` calls: the queued chunks, in the
 # buffer's [-1, 1] scale, shape (n_envs, h, A), and the index of the next action to pop per env, shape (n_envs,)
@@ -116,7 +116,7 @@ class ChunkPolicy(BasePolicy):
     def compile_decision(self, measure: bool = True) -> None:
         """
         Make :meth:`predict` and :meth:`predict_chunk` decide through :meth:`_predict_chunk` compiled as one graph
-        (:mod:`qc_sb3.common.compiled_decision`; the algorithms call this with ``compile_step=True``): the same
+        (:mod:`qc_sb3.accel.compiled_decision`; the algorithms call this with ``compile_step=True``): the same
         chunks to float32 rounding from the same generator state, compiled at the first decision, eager with a
         warning where compiling is impossible.
 

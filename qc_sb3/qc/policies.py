@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch as th
@@ -37,19 +36,6 @@ class QCPolicy(FlowQPolicy):
         with th.random.fork_rng(devices=[]):
             noise = th.randn(actor_num_samples, self.flat_action_dim)
         self.register_buffer("deterministic_noise", noise)
-
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        # A model saved before the noise was kept has none: keep the one drawn when this policy was built.
-        key = f"{prefix}deterministic_noise"
-        if key not in state_dict:
-            warnings.warn(
-                "the saved QC policy has no deterministic_noise (saved by an older qc_sb3): deterministic=True uses "
-                "the noise drawn when this policy was built, which the save does not fix",
-                UserWarning,
-                stacklevel=2,
-            )
-            state_dict[key] = self.deterministic_noise
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "actor_num_samples": self.actor_num_samples}

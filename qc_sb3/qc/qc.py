@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv
 
-from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.flow_q import FlowQAlgorithm
 from qc_sb3.qc.policies import MlpPolicy, QCPolicy
 
@@ -38,7 +38,7 @@ class QC(FlowQAlgorithm):
     :param n_critics: Critic ensemble size K
     :param q_agg: Ensemble aggregation of the TD target and of best-of-N scoring, "mean" (reference) or "min"
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
-        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        ``OfflineTransitions``, or :class:`~qc_sb3.OfflineShards`;
         the model saves where it came from (a Minari id or folder), not the data, and ``load()`` reads it again
     :param offline_gradient_steps: Gradient steps of the offline phase, run by ``learn()`` before its first env step
         (callbacks are called after each; see ``ChunkedOffPolicyAlgorithm.learn``)
@@ -64,73 +64,13 @@ class QC(FlowQAlgorithm):
     policy: QCPolicy
 
     def __init__(
-        self,
-        policy: str | type[QCPolicy],
-        env: Any,
-        learning_rate: float = 3e-4,
-        buffer_size: int = 1_000_000,
-        learning_starts: int = 5000,
-        batch_size: int = 256,
-        tau: float = 0.005,
-        gamma: float = 0.99,
-        train_freq: int | tuple[int, str] = 1,
-        gradient_steps: int = 1,
-        chunk_size: int = 5,
-        action_chunking: bool = True,
-        actor_num_samples: int = 32,
-        flow_steps: int = 10,
-        n_critics: int = 2,
-        q_agg: str = "mean",
-        offline_dataset: Any = None,
-        offline_gradient_steps: int = 1_000_000,
-        offline_log_interval: int = 1000,
-        offline_sparse_rewards: bool = False,
-        replay_buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer,
-        replay_buffer_kwargs: dict[str, Any] | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        stats_window_size: int = 100,
-        tensorboard_log: str | None = None,
-        verbose: int = 0,
-        device: th.device | str = "auto",
-        seed: int | None = None,
-        compile_step: bool = False,
-        _init_setup_model: bool = True,
+        self, policy: str | type[QCPolicy], env: GymEnv | str, *args: Any, actor_num_samples: int = 32, **kwargs: Any
     ):
-        super().__init__(
-            policy,
-            env,
-            learning_rate=learning_rate,
-            buffer_size=buffer_size,
-            learning_starts=learning_starts,
-            batch_size=batch_size,
-            tau=tau,
-            gamma=gamma,
-            train_freq=train_freq,
-            gradient_steps=gradient_steps,
-            chunk_size=chunk_size,
-            action_chunking=action_chunking,
-            flow_steps=flow_steps,
-            n_critics=n_critics,
-            q_agg=q_agg,
-            offline_dataset=offline_dataset,
-            offline_gradient_steps=offline_gradient_steps,
-            offline_log_interval=offline_log_interval,
-            offline_sparse_rewards=offline_sparse_rewards,
-            replay_buffer_class=replay_buffer_class,
-            replay_buffer_kwargs=replay_buffer_kwargs,
-            policy_kwargs=policy_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            verbose=verbose,
-            device=device,
-            seed=seed,
-            compile_step=compile_step,
-        )
+        # Set before the base constructor, which builds the model (and checked before any work starts).
         if actor_num_samples < 1:
             raise ValueError(f"actor_num_samples must be >= 1, got {actor_num_samples}")
         self.actor_num_samples = actor_num_samples
-        if _init_setup_model:
-            self._setup_model()
+        super().__init__(policy, env, *args, **kwargs)
 
     def _policy_hyperparameters(self) -> dict[str, Any]:
         return {**super()._policy_hyperparameters(), "actor_num_samples": self.actor_num_samples}

@@ -13,7 +13,6 @@ from stable_baselines3.sac.policies import Actor
 from torch import nn
 
 from qc_sb3.common.networks import reference_init_
-from qc_sb3.common.onednn_matmul import as_onednn_linear
 
 LOG_2 = math.log(2.0)
 
@@ -89,9 +88,6 @@ class RLPDActor(Actor):
             normalize_images=normalize_images,
         )
         self.action_dist = ExactSquashedDiagGaussianDistribution(self.action_dist.action_dim)
-        # The layers' matmuls on oneDNN on CPU, as the critic's (qc_sb3.common.onednn_matmul).
-        self.latent_pi = nn.Sequential(*(as_onednn_linear(layer) for layer in self.latent_pi))
-        self.mu, self.log_std = as_onednn_linear(self.mu), as_onednn_linear(self.log_std)
         for layer in [*self.latent_pi, self.mu, self.log_std]:
             if isinstance(layer, nn.Linear):
                 reference_init_(layer.weight, layer.bias)

@@ -15,8 +15,8 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from qc_sb3.common.buffers import OFFLINE_ACTION_CLIP, ChunkReplayBufferSamples
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
-from qc_sb3.common.datasets import OfflineShards
 from qc_sb3.common.losses import chunked_td_target, critic_loss
+from qc_sb3.common.offline_source import OfflineShards
 from qc_sb3.rlpd.losses import bc_loss, sac_actor_loss, temperature_loss
 from qc_sb3.rlpd.policies import MlpPolicy, RLPDPolicy
 
@@ -31,7 +31,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     entropy term in the backup), a learned temperature, and batches drawn half from the offline data and half from
     the online data. There is no offline pre-training: the offline data only seeds the buffer. The first
     ``learning_starts`` online steps take uniformly random primitive actions, then the policy acts and one update
-    follows every env step. An offline dataset given as :class:`~qc_sb3.common.datasets.OfflineShards` rotates
+    follows every env step. An offline dataset given as :class:`~qc_sb3.common.offline_source.OfflineShards` rotates
     during the online phase, as the reference's online script does: the updates after online step ``i`` (from 1)
     sample shard ``((i - 1) // swap_interval) % n_shards``, so steps 1-1000 use shard 0, 1001-2000 shard 1, and so
     on with the reference's interval of 1000.
@@ -57,7 +57,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     :param initial_ent_coef: Initial temperature alpha
     :param target_entropy: Target entropy of the temperature loss ("auto": -0.5 * h * A)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
-        :class:`~qc_sb3.common.datasets.OfflineTransitions`, or :class:`~qc_sb3.common.datasets.OfflineShards`;
+        ``OfflineTransitions``, or :class:`~qc_sb3.OfflineShards`;
         the model saves where it came from (a Minari id or folder), not the data, and ``load()`` reads it again
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
@@ -181,7 +181,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         """
         SB3's rollout collection, then, when an update follows and the offline data is an ``OfflineShards``, the
         swap of the buffer's offline segment to the shard of online step ``num_timesteps`` (the reference's
-        online rotation, :meth:`~qc_sb3.common.datasets.OfflineShards.online_shard_index`). The shard follows
+        online rotation, :meth:`~qc_sb3.common.offline_source.OfflineShards.online_shard_index`). The shard follows
         from the step count alone, so a loaded model resumes the rotation where it stopped.
         """
         rollout = super().collect_rollouts(

@@ -1,4 +1,4 @@
-"""The layout of benchmarks/: an import graph without cycles (lazy imports included), and small modules."""
+"""The layout of the repository's packages: an import graph without cycles (lazy imports included), and small modules."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parents[1] / "benchmarks"
+ROOT = Path(__file__).parents[1]
+# Each package's import name -> its folder in the repository.
+PACKAGES = {"qc_sb3": ROOT / "qc_sb3", "envs": ROOT / "envs", "benchmarks": ROOT / "benchmarks"}
 MAX_LINES = 400
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(package: str, folder: Path, path: Path) -> str:
+    parts = (package, *path.relative_to(folder).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {
+    module_name(package, folder, path): path for package, folder in PACKAGES.items() for path in sorted(folder.rglob("*.py"))
+}
 
 
 def imported_modules(importer: str, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
@@ -87,7 +91,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def benchmark_sources() -> dict[str, str]:
+def repository_sources() -> dict[str, str]:
     return {name: path.read_text(encoding="utf-8") for name, path in MODULES.items()}
 
 
@@ -129,26 +133,34 @@ def test_a_package_importing_its_submodules_is_not_a_cycle():
 
 
 @pytest.mark.parametrize("lazy", [False, True], ids=["module-level", "lazy-included"])
-def test_benchmarks_import_graph_has_no_cycle(lazy):
-    graph = import_graph(benchmark_sources(), lazy=lazy)
+def test_the_import_graph_has_no_cycle(lazy):
+    graph = import_graph(repository_sources(), lazy=lazy)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+def test_the_plain_networks_import_no_acceleration():
+    # The networks are the plain reference modules; the acceleration package swaps its versions in from outside.
+    graph = import_graph(repository_sources(), lazy=True)
+    assert {"qc_sb3.common.networks", "qc_sb3.accel.fast_networks"} <= set(graph)
+    assert not {name for name in graph["qc_sb3.common.networks"] if name.startswith("qc_sb3.accel")}
+
+
 def test_specs_is_a_leaf_module():
-    graph = import_graph(benchmark_sources(), lazy=True)
-    assert graph["benchmarks.specs"] == set()
+    graph = import_graph(repository_sources(), lazy=True)
+    assert {name for name in graph["benchmarks.specs"] if name.startswith("benchmarks")} == set()
 
 
 def test_each_suite_module_is_a_leaf_of_the_registry():
     # A suite imports the specs, the cache and the methods, never the registry, the config or the runner.
-    graph = import_graph(benchmark_sources(), lazy=True)
+    graph = import_graph(repository_sources(), lazy=True)
     suites = [name for name in MODULES if name.startswith("benchmarks.suites.")]
     assert {"benchmarks.suites.ogbench", "benchmarks.suites.robomimic"} <= set(suites)
     for suite in suites:
-        assert graph[suite] <= {"benchmarks.specs", "benchmarks.cache", "benchmarks.methods", "benchmarks.atomic"}, suite
+        imported = {name for name in graph[suite] if name.startswith("benchmarks")}
+        assert imported <= {"benchmarks.specs", "benchmarks.cache", "benchmarks.methods", "benchmarks.atomic"}, suite
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_benchmark_modules_are_small(name):
+def test_modules_are_small(name):
     lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines (at most {MAX_LINES}): split it"

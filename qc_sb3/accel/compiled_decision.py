@@ -5,12 +5,11 @@ with the policy's eager decision as the fallback.
 
 At a decision's batch size (one observation per env, times N samples for best-of-N) the eager decision is bound by
 the fixed cost of each of its small kernel calls (a few per Euler step, each dispatched from Python). Compiled, the
-graph runs as one call into inductor's generated C++ (``cpp_wrapper``: no Python between its kernels). Measured on
-CPU, one thread, obs 40, A 5, h 5 (the README's speed notes): QC's decision 1.5x to 2x faster with 2 x 256 networks,
-N = 8, QC-FQL's about 1.5x; but QC's about 10% slower with the paper's 4 x 512, N = 32, where the matmuls dominate
-and the eager samplers' fused oneDNN Linear -> GELU layers (:mod:`qc_sb3.common.fast_inference`) beat inductor's
-separate matmul and GELU kernels. So the first decision compiles the graph, then times both decisions on its
-observation and keeps the faster.
+graph runs as one call into inductor's generated C++ (``cpp_wrapper``: no Python between its kernels). Where the
+matmuls dominate (large networks, many samples) the eager samplers' fused oneDNN Linear -> GELU layers
+(:mod:`qc_sb3.accel.fast_inference`) can beat inductor's separate matmul and GELU kernels, so the first decision
+compiles the graph, then times both decisions on its observation and keeps the faster (the docs' speed page has
+the figures).
 
 Random numbers are drawn by PyTorch's own kernels in the eager order (inductor's ``fallback_random``), so that the
 compiled decision gives the eager one's chunk to float32 rounding from the same generator state. The graph reads
@@ -31,7 +30,7 @@ from collections.abc import Callable
 
 import torch as th
 
-from qc_sb3.common.compiled_step import INDUCTOR_OPTIONS, compile_unavailable_reason, samplers_traced
+from qc_sb3.accel.compiled_step import INDUCTOR_OPTIONS, compile_unavailable_reason, samplers_traced
 
 Decision = Callable[[th.Tensor, bool], th.Tensor]
 
@@ -50,7 +49,7 @@ class CompiledDecision:
     the generator state it would be drawn from without them.
 
     The fallback is automatic, with a warning that gives the reason: before any work when the device lacks what
-    ``torch.compile`` needs (:func:`~qc_sb3.common.compiled_step.compile_unavailable_reason`), or when a compile
+    ``torch.compile`` needs (:func:`~qc_sb3.accel.compiled_step.compile_unavailable_reason`), or when a compile
     fails (the first one, or a recompile for a new batch size or ``deterministic`` value); the policy then decides
     eagerly. A compiled decision that is slower than the eager one is left without a warning
     (:attr:`compiled_faster`).

@@ -8,8 +8,8 @@ computations):
 
 * scratch memory: the hidden activations of a module live in two reusable blocks (fresh tensors per layer cost
   page faults), written by in-place GELU and LayerNorm kernels;
-* oneDNN: a Linear -> GELU(tanh) layer as one ``th.ops.mkldnn._linear_pointwise`` call (about 15% faster on an
-  Intel Xeon; on CPUs where oneDNN's matmul beats the BLAS's, :mod:`qc_sb3.common.onednn_matmul`, much more);
+* oneDNN: a Linear -> GELU(tanh) layer as one ``th.ops.mkldnn._linear_pointwise`` call (see also
+  :mod:`qc_sb3.accel.onednn_matmul`);
 * the fused Euler sampler: the whole flow integration as one oneDNN call per hidden layer and one matmul per step.
 
 :func:`inference_path` decides which of them a forward pass takes.
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Literal
 
 import torch as th
 
-from qc_sb3.common.onednn_matmul import uses_onednn
+from qc_sb3.accel.onednn_matmul import uses_onednn
+from qc_sb3.common.networks import LAYER_NORM_EPS
 
 if TYPE_CHECKING:
     from qc_sb3.common.networks import MLP, EnsembleMLP, FlowVectorField
 
 InferencePath = Literal["plain", "fused", "in_place"]
 
-LAYER_NORM_EPS = 1e-6
 # gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (GELU_SCALE + GELU_CUBIC x^2) (docs/algorithms.md §2)
 GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 GELU_CUBIC = GELU_SCALE * 0.044715
@@ -49,7 +49,7 @@ def inference_path(
     * ``"fused"``: on float32 CPU tensors, when PyTorch ships the oneDNN op, each hidden layer is one oneDNN
       Linear -> GELU(tanh) call: a single network without LayerNorm (which cannot be fused into the call), or an
       ensemble, member after member, with its LayerNorms in place on each call's output, where oneDNN's matmul
-      runs the layers (:func:`~qc_sb3.common.onednn_matmul.uses_onednn`; otherwise the in-place path's batched
+      runs the layers (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`; otherwise the in-place path's batched
       matmul is faster);
     * ``"in_place"``: otherwise, the in-place kernels on the module's scratch memory.
 
@@ -72,8 +72,7 @@ def inference_path(
 
 def gelu_tanh_(x: th.Tensor, out: th.Tensor) -> th.Tensor:
     """
-    GELU(tanh) of ``x`` written to ``out`` as ``x * sigmoid(2 u)`` in four passes, about 1.7x faster on CPU than
-    PyTorch's kernel.
+    GELU(tanh) of ``x`` written to ``out`` as ``x * sigmoid(2 u)`` in four passes.
 
     :param x: Pre-activations
     :param out: Destination of the same shape, not overlapping ``x``
@@ -86,7 +85,7 @@ def gelu_tanh_(x: th.Tensor, out: th.Tensor) -> th.Tensor:
 def layer_norm_(h: th.Tensor, scale: th.Tensor, offset: th.Tensor) -> th.Tensor:
     """
     LayerNorm over the last dimension with eps 1e-6, then ``* scale + offset``, overwriting ``h``: two reductions
-    and three passes, about 2.5x faster on CPU than ``F.layer_norm`` followed by the affine map.
+    and three passes (one ``F.layer_norm`` followed by the affine map makes more).
 
     :param h: Activations (overwritten)
     :param scale: Scale, broadcastable against ``h``
@@ -258,7 +257,7 @@ def fused_ensemble_forward(
 
 def fused_euler(vector_field: FlowVectorField, observations: th.Tensor, noise: th.Tensor, flow_steps: int) -> th.Tensor:
     """
-    :func:`~qc_sb3.common.networks.euler_flow_actions` (docs/algorithms.md §3) on the ``"fused"`` path of the
+    :meth:`~qc_sb3.common.networks.FlowVectorField.integrate` (docs/algorithms.md §3) on the ``"fused"`` path of the
     vector field: same values to float32 rounding in few calls per step.
 
     Each step runs every hidden layer as one oneDNN Linear -> GELU(tanh) call on a buffer that holds

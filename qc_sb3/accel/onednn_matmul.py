@@ -1,17 +1,14 @@
 """
 CPU fast path of the networks' Linear layers, with autograd: oneDNN's matmul in place of PyTorch's default BLAS.
 
-The networks of :mod:`qc_sb3.common.networks` write each layer as ``addmm`` (an MLP) or ``baddbmm`` (an ensemble),
-which on CPU call the BLAS PyTorch was built with (MKL in the wheels). On CPUs that MKL does not run at full speed,
-such as AMD's, oneDNN's matmul is about twice as fast for these networks' shapes, forward and for both products of
-the backward pass; it computes the same products (float32, same values to rounding). :func:`linear` and
+The networks of :mod:`qc_sb3.common.networks` compute each layer with ``nn.Linear`` (an MLP) or ``baddbmm`` (an
+ensemble), which on CPU call the BLAS PyTorch was built with (MKL in the wheels). On CPUs that MKL does not run at
+full speed, such as AMD's, oneDNN's matmul is faster for these networks' shapes, forward and for both products of
+the backward pass (``python -m benchmarks.matmul_speed`` measures it); it computes the same products (float32, same
+values to rounding). :func:`linear` and
 :func:`ensemble_linear` are those layers: the plain ``addmm`` / ``baddbmm`` off the CPU or where oneDNN is missing,
 and oneDNN otherwise (from :data:`MIN_ROWS` rows: a oneDNN call has a larger fixed cost), unless
 :func:`plain_matmuls` is in force (for tests and for the benchmarks' A/B).
-
-Measured with ``python -m benchmarks.matmul_speed`` (``benchmarks/data/matmul-speed-cpu-2026-12-02.txt``): on the
-AMD EPYC (Zen 4) development machine, one thread, (256 x 256) @ (256 x 256), MKL about 90 GFLOP/s, oneDNN 170-180
-for the forward and input-gradient products and about 140 for the weight gradient.
 
 oneDNN has no batched float32 matmul that PyTorch exposes, so an ensemble's layer is one oneDNN call per member
 (K calls where ``baddbmm`` makes one); inside a compiled graph the calls are unrolled.
@@ -27,8 +24,8 @@ import torch as th
 from torch import nn
 
 _HAS_ONEDNN = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
-# A oneDNN call has a larger fixed cost than a BLAS one: at 8 rows (a decision's few) it is 0.4-0.9x the BLAS's speed,
-# at 32 rows 0.8-1.3x (benchmarks/data/matmul-speed-rows-cpu-2026-12-02.txt); below this many rows the BLAS stays.
+# A oneDNN call has a larger fixed cost than a BLAS one, which a decision's few rows do not repay
+# (``python -m benchmarks.matmul_speed`` measures the crossover); below this many rows the BLAS stays.
 MIN_ROWS = 32
 _plain_forced = False
 
@@ -174,22 +171,10 @@ class Linear(nn.Linear):
     """
     ``nn.Linear`` whose forward pass is :func:`linear` (oneDNN's matmul on CPU, for 2-D inputs with a bias): the same
     parameters, state dict and values to float32 rounding. For networks built from ``nn.Linear`` layers elsewhere (SB3's
-    ``create_mlp``), through :func:`as_onednn_linear`.
+    ``create_mlp``), swapped in by :func:`~qc_sb3.accel.fast_networks.accelerate`.
     """
 
     def forward(self, input: th.Tensor) -> th.Tensor:
         if self.bias is None or input.dim() != 2:
             return super().forward(input)
         return linear(input, self.weight, self.bias)
-
-
-def as_onednn_linear(layer: nn.Module) -> nn.Module:
-    """
-    :param layer: A layer
-    :return: A :class:`Linear` with the same parameter tensors if ``layer`` is exactly an ``nn.Linear``, else ``layer``
-    """
-    if type(layer) is not nn.Linear:
-        return layer
-    onednn = Linear(layer.in_features, layer.out_features, bias=layer.bias is not None, device="meta")
-    onednn.weight, onednn.bias = layer.weight, layer.bias
-    return onednn

@@ -3,19 +3,17 @@ The opt-in compiled gradient step (``compile_step=True``): the losses of one upd
 ``torch.compile`` graphs, with the eager losses as the fallback.
 
 What is compiled is the differentiable part of an update: every loss of ``_losses`` (forward, and through
-AOTAutograd its backward). The rest of the step stays as in the eager one, for these reasons, measured on CPU with
-one thread (obs 40, A 5, h 5, B 256, 2 x 256; ``python -m benchmarks.speed --compile-step``):
+AOTAutograd its backward). The rest of the step stays as in the eager one (the docs' speed page has the
+measurements behind each choice):
 
-* the flow samplers without autograd (the TD target's Euler integration, best-of-N) run eagerly on CPU, where
-  their oneDNN fast paths (:mod:`qc_sb3.common.fast_inference`) are faster than inductor's code for the same
-  loops (compiled in, QC's step was about 10% slower than eager; left out, about 5% faster);
+* the flow integrations without autograd (the TD target's Euler steps, best-of-N) run eagerly on CPU, through
+  their oneDNN fast paths (:mod:`qc_sb3.accel.fast_inference`);
 * the optimizers are already one fused kernel each (Adam ``fused=True``) and the Polyak update one ``_foreach``
-  call: compiled, they were no faster;
-* batch sampling is numpy gathering, about 2% of a step.
+  call;
+* batch sampling is NumPy gathering.
 
 Compiled code on CPU traces GELU(tanh) as ``x * sigmoid(2 u)`` (:func:`traced_gelu_tanh`), the same function as
-``0.5 x (1 + tanh(u))``, for which inductor's CPU code is slower (QC-FQL's compiled step 1.10x, QC's 1.03x,
-interleaved on one thread).
+``0.5 x (1 + tanh(u))``, for which inductor's CPU code is slower.
 
 Random numbers inside the compiled graph are drawn by PyTorch's own kernels in the eager order (inductor's
 ``fallback_random``), so that a compiled step draws the same noise as an eager one from the same generator state
@@ -34,20 +32,18 @@ from typing import Any, TypeVar
 
 import torch as th
 
-from qc_sb3.common.fast_inference import GELU_CUBIC, GELU_SCALE
+from qc_sb3.accel.fast_inference import GELU_CUBIC, GELU_SCALE
 
 T = TypeVar("T")
 Losses = Callable[[T], dict[str, th.Tensor]]
 
 # Inductor options: eager random kernels (the same stream as the eager step); a pool of at most two compile workers,
-# which builds a cold compile's C++ kernels in parallel (on the 2-core development machine, a small QC model's first
-# train() on an empty inductor cache took a median 20.8 s with two workers against 30.1 s with none, three fresh
-# processes each, alternating: benchmarks/data/compile-threads-cpu-2026-12-02.txt), and no larger, so that parallel
-# training processes on a many-core machine do not each start a pool as wide as the machine.
+# which builds a cold compile's C++ kernels in parallel, and no larger, so that parallel training processes on a
+# many-core machine do not each start a pool as wide as the machine.
 INDUCTOR_OPTIONS = {"fallback_random": True, "compile_threads": min(2, os.cpu_count() or 1)}
 
 # Whether compiled code traces the samplers that ``run_eagerly_on_cpu`` marks (True while a compiled decision,
-# qc_sb3.common.compiled_decision, runs): ``torch.compile`` guards on this value.
+# qc_sb3.accel.compiled_decision, runs): ``torch.compile`` guards on this value.
 _samplers_traced = False
 
 
@@ -77,7 +73,7 @@ def traced_gelu_tanh(x: th.Tensor) -> th.Tensor:
     """
     GELU with the tanh approximation as compiled code computes it on CPU: ``x * sigmoid(2 u)``, equal to
     ``0.5 x (1 + tanh(u))`` since ``0.5 (1 + tanh(u)) = sigmoid(2 u)`` (the same values and gradients to float32
-    rounding); inductor's CPU code for sigmoid is faster than for tanh, forward and backward.
+    rounding), which inductor's CPU code computes faster, forward and backward.
 
     :param x: Pre-activations
     :return: GELU(tanh) of ``x``
