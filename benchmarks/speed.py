@@ -23,7 +23,7 @@ figure from another machine or another hour is no baseline.
 rounds, and prints its steps/s and decision latency and their ratios to the eager ones; each copy's compiles (its
 first ``train()``, of four steps, and its first decision, with inductor's on-disk cache as this process finds it)
 are timed once, before the rounds. RLPD has no ``compile_step``: compiled, its step was slower than eager (0.65x at
-2 x 256, 0.77x at 4 x 512, interleaved: benchmarks/data/rlpd-compiled-cpu-2026-12-02.txt; inductor's fused LayerNorm
+2 x 256, 0.77x at 4 x 512, interleaved: results/speed/rlpd-compiled-step.txt; inductor's fused LayerNorm
 kernels over the stacked members of its 10-critic ensemble took most of the step).
 
 On a CUDA device (``--device cuda``) QC's and QC-FQL's replay buffer is ``DeviceChunkReplayBuffer`` (batches
