@@ -2,7 +2,7 @@
 # The README's first command: sets up a virtual environment in .venv (CPU torch, the robomimic and bench extras),
 # then runs the benchmark runner on its embedded default, benchmarks/configs/quickstart.yaml: 20 scripted lift
 # demonstrations recorded here (no download), QC offline then online, evaluations, and the report in
-# results/quickstart/report. About 4 minutes of training on a 2-core CPU, after the installs.
+# results/quickstart/report. About 5 minutes of training on a 2-core CPU (evaluations included), after the installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

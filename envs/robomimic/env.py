@@ -3,7 +3,10 @@ observations and sparse rewards."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -14,11 +17,48 @@ from envs.robomimic.tasks import ACTION_DIM, HEADLESS_KWARGS, LOW_DIM_KEYS, chec
 
 ENTRY_POINT = "envs.robomimic.env:RobomimicEnv"
 
+# robosuite's logger, and the warnings its import logs about optional parts the robomimic tasks do not use (a private
+# macro file, robosuite_models' extra robots, the GR1 robot's whole-body IK).
+ROBOSUITE_LOGGER = "robosuite_logs"
+STARTUP_WARNINGS = (
+    "No private macro file found!",
+    "It is recommended to use a private macro file",
+    "To setup, run: python ",
+    "Could not import robosuite_models.",
+    "Could not load the mink-based whole-body IK.",
+)
+
+
+def is_startup_warning(record: logging.LogRecord) -> bool:
+    """
+    Whether a log record is one of the warnings robosuite logs on import about parts the robomimic tasks do not use.
+
+    :param record: A record of robosuite's logger
+    :return: True for those start-up warnings, False for any other record
+    """
+    return record.levelno == logging.WARNING and record.getMessage().startswith(STARTUP_WARNINGS)
+
+
+@contextlib.contextmanager
+def quiet_robosuite_startup() -> Iterator[None]:
+    """Within the block, drop robosuite's start-up warnings (:func:`is_startup_warning`) and pass its other records."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not is_startup_warning(record)
+
+    logger = logging.getLogger(ROBOSUITE_LOGGER)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
 
 def import_robosuite() -> Any:
-    """Import robosuite, or raise an ImportError that says how to install it."""
+    """Import robosuite without its start-up warnings, or raise an ImportError that says how to install it."""
     try:
-        import robosuite
+        with quiet_robosuite_startup():
+            import robosuite
     except ImportError as error:
         raise ImportError(
             "the robomimic envs need robosuite 1.5: pip install -e '.[robomimic]' && pip install --no-deps "
