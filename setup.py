@@ -30,6 +30,7 @@ extras = {
     ],
     # rl-zoo3 integration (qc_sb3.zoo); rl-zoo3's enjoy script imports requests without declaring it.
     "zoo": ["rl_zoo3>=2.9", "requests"],
+    "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
     "test": [
         "pytest>=8",

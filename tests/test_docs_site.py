@@ -1,0 +1,90 @@
+"""The documentation site: generated pages match their sources, examples run, the nav lists existing pages."""
+
+import csv
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+EXAMPLE_PAGES = ["getting-started.md", "algorithms/qc.md", "algorithms/qc_fql.md", "algorithms/rlpd.md"]
+
+
+def load_generator():
+    spec = importlib.util.spec_from_file_location("gen_pages", DOCS / "gen_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_pages_are_committed_as_generated():
+    generator = load_generator()
+    assert (DOCS / "results.md").read_text(encoding="utf-8") == generator.results_page()
+    assert (DOCS / "speed.md").read_text(encoding="utf-8") == generator.speed_page()
+
+
+def test_results_page_shows_each_tasks_csv_row():
+    # Every (method, offline end, online end) mean in a report's tasks.csv appears in the page's table rows.
+    page = (DOCS / "results.md").read_text(encoding="utf-8")
+    files = sorted((ROOT / "results" / "evidence" / "report").glob("*/tasks.csv"))
+    assert files
+    for path in files:
+        with path.open() as handle:
+            rows = list(csv.DictReader(handle))
+        assert rows
+        for row in rows:
+            assert row["method"] in page
+    # The summary table's cells, parsed independently from the source, appear verbatim in the page.
+    summary = (ROOT / "results" / "evidence" / "report" / "summary.md").read_text(encoding="utf-8")
+    cells = [line for line in summary.splitlines() if re.match(r"\| \w+ \| [\w-]+ \| .* \| \d+ \| \d+ \|", line)]
+    assert cells
+    for line in cells:
+        assert line in page
+
+
+def test_speed_page_holds_each_step_time_median():
+    page = (DOCS / "speed.md").read_text(encoding="utf-8")
+    logs = sorted((ROOT / "results" / "speed").glob("step-time-*.txt"))
+    assert logs
+    for log in logs:
+        medians = re.findall(r"^\w+\s+\w+\s+(\d+\.\d+) \(", log.read_text(encoding="utf-8"), flags=re.M)
+        assert medians
+        section = page.split(f"## `{log.name}`")[1].split("\n## ")[0]
+        assert re.findall(r"^\w+\s+\w+\s+(\d+\.\d+) \(", section, flags=re.M) == medians
+    for log in sorted((ROOT / "results" / "speed").glob("*.txt")):
+        assert f"## `{log.name}`" in page
+
+
+def nav_pages(entries):
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        if isinstance(value, list):
+            yield from nav_pages(value)
+        else:
+            yield value
+
+
+def test_nav_pages_exist():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    pages = list(nav_pages(config["nav"]))
+    assert "results.md" in pages and "algorithms/qc.md" in pages
+    for page in pages:
+        assert (DOCS / page).is_file(), page
+
+
+@pytest.mark.parametrize("page", EXAMPLE_PAGES)
+def test_page_examples_run(page, tmp_path):
+    text = (DOCS / page).read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    assert blocks
+    env = dict(os.environ, MINARI_DATASETS_PATH=str(tmp_path / "minari"), OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
