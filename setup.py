@@ -1,5 +1,6 @@
 """Installation script for qc_sb3: Q-chunking on Stable-Baselines3."""
 
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -46,11 +47,17 @@ extras = {
         "ray[default]>=2.9",
     ],
 }
+# Building and checking the release archives (python -m build, twine check).
+extras["release"] = ["build>=1.0", "twine>=5"]
 extras["all"] = sorted({requirement for group in extras.values() for requirement in group})
+
+# The one version string lives in qc_sb3/__init__.py; it is read as text so that setup.py does not import torch.
+_init = Path(__file__).with_name("qc_sb3").joinpath("__init__.py").read_text(encoding="utf-8")
+version = re.search(r'^__version__ = "([^"]+)"$', _init, re.MULTILINE).group(1)
 
 setup(
     name="qc_sb3",
-    version="0.1.0",
+    version=version,
     description="Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
