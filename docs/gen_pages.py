@@ -17,6 +17,11 @@ REPORTS = {
     "Evidence runs": ROOT / "results" / "evidence" / "report",
     "Quickstart on five seeds": ROOT / "results" / "quickstart-seeds" / "report",
 }
+INTRODUCTIONS = {
+    "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
+    "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
+    "`results/quickstart-seeds/README.md`.",
+}
 DIAGNOSIS = ROOT / "results" / "diagnosis"
 SPEED = ROOT / "results" / "speed"
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
@@ -45,7 +50,10 @@ def report_section(title: str, folder: Path) -> str:
     :param folder: A folder written by the report command
     :return: The section's Markdown
     """
-    body = [f"## {title}", "", f"From `{folder.relative_to(ROOT)}/summary.md`.", ""]
+    body = [f"## {title}", ""]
+    if title in INTRODUCTIONS:
+        body += [INTRODUCTIONS[title], ""]
+    body += [f"From `{folder.relative_to(ROOT)}/summary.md`.", ""]
     body.append(demote((folder / "summary.md").read_text(encoding="utf-8"), 2))
     plots = sorted(folder.glob("*/*.png")) + sorted(folder.glob("*.png"))
     if plots:

@@ -50,3 +50,15 @@ def test_runs_are_the_quickstart_config_on_five_seeds():
     for seed in seeds["seeds"]:
         config = json.loads((RUNS / "lift-mh-low_dim" / "QC" / f"seed{seed}" / "config.json").read_text())
         assert config["seed"] == seed
+
+
+def test_readme_quotes_the_five_seeds_and_the_quickstarts_seed():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    summary = (RUNS / "report" / "summary.md").read_text(encoding="utf-8")
+    quoted = readme.split("Five seeds of the same config give ", 1)[1].split(" after the online one", 1)[0]
+    offline, online = quoted.split(" after the offline phase and ")
+    row = next(line for line in summary.splitlines() if line.startswith("| robomimic | robomimic | QC |"))
+    assert row.endswith(f"| {offline} | {online} |"), (row, offline, online)
+    seed0 = pd.read_csv(RUNS / "lift-mh-low_dim" / "QC" / "seed0" / "eval.csv")
+    offline_successes, online_successes = round(seed0["success"].iloc[1] * 20), round(seed0["success"].iloc[2] * 20)
+    assert f"{offline_successes} of 20 episodes after the offline phase and {online_successes} of 20" in readme
