@@ -61,13 +61,25 @@ setup(
     description="Q-chunking (offline-to-online RL over action chunks) for Stable-Baselines3",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["qc_sb3", "qc_sb3.*", "envs", "envs.*", "benchmarks", "benchmarks.*"]),
+    # Only qc_sb3 is installed at the top level: the repository's envs/ and benchmarks/ folders become its subpackages.
+    packages=[
+        *find_packages(include=["qc_sb3", "qc_sb3.*"]),
+        "qc_sb3.envs",
+        *(f"qc_sb3.envs.{name}" for name in find_packages(where="envs")),
+        "qc_sb3.benchmarks",
+        *(f"qc_sb3.benchmarks.{name}" for name in find_packages(where="benchmarks")),
+    ],
+    package_dir={"qc_sb3.envs": "envs", "qc_sb3.benchmarks": "benchmarks"},
     python_requires=">=3.10",
-    package_data={"benchmarks": ["configs/*.yaml", "data/*.csv"], "qc_sb3": ["zoo/hyperparams/*.yml"]},
+    package_data={
+        "qc_sb3.benchmarks": ["configs/*.yaml"],
+        "qc_sb3.benchmarks.reports": ["paper_curves.csv"],
+        "qc_sb3": ["zoo/hyperparams/*.yml"],
+    },
     install_requires=install_requires,
     extras_require=extras,
     entry_points={
-        "console_scripts": ["qc-bench = benchmarks.run:main", "qc-bench-report = benchmarks.report:main"],
+        "console_scripts": ["qc-bench = qc_sb3.benchmarks.run:main", "qc-bench-report = qc_sb3.benchmarks.report:main"],
     },
     license="MIT",
     classifiers=[

@@ -25,7 +25,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 } 2>&1 | tee "$out/gpu.txt"
 timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_graphed_update.py tests/test_device_buffer.py \
   tests/test_compiled_step.py::test_compiled_step_equals_eager_step_on_cuda 2>&1 | tee "$out/tests.txt"
-timeout 270 python3 -m benchmarks.speed --device cuda --configs default --compile-step --rounds 5 --repeats 20 2>&1 \
+timeout 270 python3 -m qc_sb3.benchmarks.speed.step_speed --device cuda --configs default --compile-step --rounds 5 --repeats 20 2>&1 \
   | tee "$out/speed.txt"
-timeout 120 python3 -m benchmarks.offline_speed --device cuda --methods QCFQL --compile-step --steps 20000 2>&1 \
+timeout 120 python3 -m qc_sb3.benchmarks.speed.offline_speed --device cuda --methods QCFQL --compile-step --steps 20000 2>&1 \
   | tee "$out/offline.txt"

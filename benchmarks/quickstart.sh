@@ -17,4 +17,4 @@ fi
 # the robomimic extra.
 .venv/bin/python -m pip install --quiet --no-deps "robosuite==1.5.2"
 
-.venv/bin/python -m benchmarks.run benchmarks/configs/quickstart.yaml "$@"
+.venv/bin/python -m qc_sb3.benchmarks.run benchmarks/configs/quickstart.yaml "$@"

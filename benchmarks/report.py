@@ -1,8 +1,8 @@
 """Learning curves and final-success tables of a results folder, with the paper's curves alongside.
 
-Run: ``python -m benchmarks.report RESULTS_DIR [--out DIR] [--finished-only]`` (default ``RESULTS_DIR/report``).
-Runs of another implementation (``implementation`` in their ``config.json``, :mod:`benchmarks.reference_runs`) are
-methods of their own, named ``<method> (<implementation>)``. Writes:
+Run: ``python -m qc_sb3.benchmarks.report RESULTS_DIR [--out DIR] [--finished-only]`` (default ``RESULTS_DIR/report``).
+Runs of another implementation (``implementation`` in their ``config.json``,
+:mod:`qc_sb3.benchmarks.parity.reference_runs`) are methods of their own, named ``<method> (<implementation>)``. Writes:
 
 * ``<task>.png``: success rate against the paper's x-axis (offline gradient steps, then the offline budget plus
   online env steps), the mean over seeds with a 95% bootstrap band, one colour per method; the paper's curve of the
@@ -10,14 +10,16 @@ methods of their own, named ``<method> (<implementation>)``. Writes:
 * ``curves.csv``: those means and bands;
 * ``summary.md`` and ``summary.csv``: success at the end of the offline and of the online phase per domain and
   method (and over a suite's domains), with 95% stratified bootstrap intervals over tasks and seeds; then the same
-  per task, with the paper's success at the same step beside it (``tasks.csv``, :mod:`benchmarks.paper_comparison`);
+  per task, with the paper's success at the same step beside it (``tasks.csv``,
+  :mod:`qc_sb3.benchmarks.reports.paper_comparison`);
 * where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
-  ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`benchmarks.implementation_parity`), and their
+  ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`qc_sb3.benchmarks.parity.implementation_parity`), and their
   table in ``summary.md``;
 * where runs have a ``train_stats.csv``: ``training_stats.csv``, their training statistics at the end of each phase
-  per implementation and method (:mod:`benchmarks.training_stats`), and their table in ``summary.md``.
+  per implementation and method (:mod:`qc_sb3.benchmarks.runner.training_stats`), and their table in ``summary.md``.
 
-Runs are pooled only within a campaign: runs that share a protocol and each suite's data (:mod:`benchmarks.campaigns`).
+Runs are pooled only within a campaign: runs that share a protocol and each suite's data
+(:mod:`qc_sb3.benchmarks.runner.campaigns`).
 A folder holding several campaigns gets one report each, in sub-folders, and one ``summary.md`` with a section each.
 """
 
@@ -37,8 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from benchmarks.campaigns import campaign_keys, campaign_names, describe_campaign
-from benchmarks.implementation_parity import (
+from qc_sb3.benchmarks.parity.implementation_parity import (
     IMPLEMENTATION,
     curve_differences,
     paired_results,
@@ -46,7 +47,7 @@ from benchmarks.implementation_parity import (
     per_evaluation_differences,
     plot_parity,
 )
-from benchmarks.paper_comparison import (
+from qc_sb3.benchmarks.reports.paper_comparison import (
     PAPER_OFFLINE_STEPS,
     PAPER_ONLINE_STEPS,
     paper_curve_on_axis,
@@ -55,8 +56,9 @@ from benchmarks.paper_comparison import (
     task_markdown,
     task_table,
 )
-from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
-from benchmarks.training_stats import TRAIN_STATS_FILE, training_stats_section
+from qc_sb3.benchmarks.reports.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+from qc_sb3.benchmarks.runner.campaigns import campaign_keys, campaign_names, describe_campaign
+from qc_sb3.benchmarks.runner.training_stats import TRAIN_STATS_FILE, training_stats_section
 
 
 def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.DataFrame:
@@ -91,7 +93,8 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
             task=config["task"],
             suite=config["suite"],
             domain=config["domain"],
-            # Another implementation's runs of a method (benchmarks.reference_runs) are a method of their own here.
+            # Another implementation's runs of a method (qc_sb3.benchmarks.parity.reference_runs) are a method of their
+            # own here.
             method=config["method"] if implementation == IMPLEMENTATION else f"{config['method']} ({implementation})",
             base_method=config["method"],
             implementation=implementation,
@@ -335,7 +338,8 @@ def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed
         )
     return (
         "\n## qc_sb3 and the reference implementation\n\n"
-        "The same task, method, settings and data run by both (benchmarks.reference_runs). Per run, the mean success "
+        "The same task, method, settings and data run by both (qc_sb3.benchmarks.parity.reference_runs). Per run, the "
+        "mean success "
         "over its evaluations; the difference of the implementations' means over seeds (qc_sb3 minus reference) with "
         "a 95% bootstrap interval and the p-value of a permutation test of equal means; the evaluations whose own "
         "permutation test rejects at the Bonferroni level 0.05 / evaluations (parity_evaluations.csv), which locate a "
@@ -346,13 +350,13 @@ def _parity_section(results: pd.DataFrame, curves: pd.DataFrame, out: Path, seed
 
 def main(argv: Sequence[str] | None = None) -> int:
     """
-    The ``python -m benchmarks.report`` command.
+    The ``python -m qc_sb3.benchmarks.report`` command.
 
     :param argv: Arguments (default: the command line's)
     :return: The exit status
     """
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("results_dir", help="a results folder written by benchmarks.run")
+    parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results_dir", help="a results folder written by qc_sb3.benchmarks.run")
     parser.add_argument("--out", default=None, help="report folder (default: RESULTS_DIR/report)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
     parser.add_argument("--finished-only", action="store_true", help="only runs that have finished (a DONE file)")

@@ -1,15 +1,15 @@
 """The benchmark runner: tasks x methods x seeds of a config, offline then online, on local processes or on Ray.
 
-Run: ``python -m benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [--ray ADDRESS] [--out DIR]
+Run: ``python -m qc_sb3.benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [--ray ADDRESS] [--out DIR]
 [--data-dir [SUITE=]DIR] [--no-report]``.
 
 In order: the config is checked in full (unknown tasks, methods or keys, bad values, hyperparameters the algorithms
 refuse, missing dataset folders and files, run folders holding another configuration's results) before any folder is
 made; the offline datasets are prepared once, in this process (generated and converted, or converted from the
 official files, and cached; a second runner on the same cache waits for the first); the runs execute, finished ones
-skipped and interrupted ones resumed (:mod:`benchmarks.runs`), with one progress line per run; a run another runner is
-working on is skipped as ``busy``, and a run whose folder is damaged fails alone; last, the report
-(:mod:`benchmarks.report`) is written to ``OUT/report``.
+skipped and interrupted ones resumed (:mod:`qc_sb3.benchmarks.runner.runs`), with one progress line per run; a run
+another runner is working on is skipped as ``busy``, and a run whose folder is damaged fails alone; last, the report
+(:mod:`qc_sb3.benchmarks.report`) is written to ``OUT/report``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.config import ConfigError, load_config, read_config_data
-from benchmarks.datasets import prepare_datasets
-from benchmarks.evaluations import DamagedRunError
-from benchmarks.executors import local_workers, run_in_process, run_local_pool, run_on_ray
-from benchmarks.locks import folder_lock
-from benchmarks.planning import default_dataset_cache, plan_runs
-from benchmarks.progress import ProgressMonitor
-from benchmarks.report import write_report
-from benchmarks.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
-from benchmarks.specs import Execution, RunSpec
+from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.runner.config import ConfigError, load_config, read_config_data
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.evaluations import DamagedRunError
+from qc_sb3.benchmarks.runner.executors import local_workers, run_in_process, run_local_pool, run_on_ray
+from qc_sb3.benchmarks.runner.locks import folder_lock
+from qc_sb3.benchmarks.runner.planning import default_dataset_cache, plan_runs
+from qc_sb3.benchmarks.runner.progress import ProgressMonitor
+from qc_sb3.benchmarks.runner.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
+from qc_sb3.benchmarks.runner.specs import Execution, RunSpec
 
 DEFAULT_RESULTS_ROOT = "results"
 
@@ -150,13 +150,13 @@ def _print_summary(summaries: Sequence[dict[str, Any]], console: Console) -> Non
 
 def main(argv: Sequence[str] | None = None) -> int:
     """
-    The ``python -m benchmarks.run`` command (console script ``qc-bench``).
+    The ``python -m qc_sb3.benchmarks.run`` command (console script ``qc-bench``).
 
     :param argv: Arguments (default: the command line's)
     :return: The exit status: 0 if every run finished, 1 if some failed or were busy (another runner works on them),
         2 for a bad config or a run folder that holds another configuration's results (nothing runs then)
     """
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of every task (default: the config's)")
     parser.add_argument("--workers", type=int, default=None, help="local worker processes (0: everything in this process)")

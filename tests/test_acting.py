@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.window_parity import EndingEnv, StepRecorder, random_offline_data
 from qc_sb3 import QC, QCFQL
+from qc_sb3.benchmarks.parity.window_parity import EndingEnv, StepRecorder, random_offline_data
 
 CHUNK = 5
 

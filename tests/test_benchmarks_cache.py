@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.cache import cached, cached_file
-from benchmarks.config import load_config
-from benchmarks.datasets import prepare_datasets
-from benchmarks.planning import plan_runs
+from qc_sb3.benchmarks.runner.cache import cached, cached_file
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.planning import plan_runs
 from qc_sb3.common.datasets import load_offline_transitions
 from qc_sb3.common.offline_source import OfflineShards
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.checkpoints import BUFFER_FILE, CheckpointState, restore_checkpoint, save_checkpoint
 from qc_sb3 import QC
+from qc_sb3.benchmarks.runner.checkpoints import BUFFER_FILE, CheckpointState, restore_checkpoint, save_checkpoint
 
 from test_qc import make_model
 

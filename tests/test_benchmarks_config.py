@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.config import ConfigError, load_config
-from benchmarks.planning import plan_runs
-from benchmarks.run import main, run_benchmark
+from qc_sb3.benchmarks.run import main, run_benchmark
+from qc_sb3.benchmarks.runner.config import ConfigError, load_config
+from qc_sb3.benchmarks.runner.planning import plan_runs
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 
@@ -150,7 +150,7 @@ OGBENCH_GENERATE = {"ogbench": {"source": "generate", "episodes": 10}, "robomimi
 
 def paper_run(task: str, method: str):
     """The resolved run of a task and method under the paper's protocol (the config gives no hyperparameters)."""
-    pytest.importorskip("envs.ogbench")
+    pytest.importorskip("qc_sb3.envs.ogbench")
     config = load_config({"tasks": [task], "methods": [method], "datasets": OGBENCH_GENERATE})
     return plan_runs(config, "out")
 
@@ -244,7 +244,7 @@ def test_paper_settings_are_built_in(task, method, expected, env_kwargs, n_seeds
 
 @pytest.mark.parametrize("name", ["paper.yaml", "quickstart.yaml", "cpu.yaml"])
 def test_shipped_configs_are_valid(name, tmp_path):
-    pytest.importorskip("envs.ogbench")
+    pytest.importorskip("qc_sb3.envs.ogbench")
     data_dirs = {}
     if name == "paper.yaml":
         # The official files' layout, as empty files: validation checks that they exist, nothing reads them here.
@@ -258,8 +258,8 @@ def test_shipped_configs_are_valid(name, tmp_path):
             (robomimic / task / "mh").mkdir(parents=True)
             (robomimic / task / "mh" / "low_dim_v15.hdf5").touch()
         data_dirs = {"ogbench": ogbench, "robomimic": robomimic}
-    from benchmarks.config import read_config_data
-    from benchmarks.run import apply_data_dirs
+    from qc_sb3.benchmarks.run import apply_data_dirs
+    from qc_sb3.benchmarks.runner.config import read_config_data
 
     data = apply_data_dirs(read_config_data(CONFIGS_DIR / name), [f"{suite}={path}" for suite, path in data_dirs.items()])
     config = load_config(data)

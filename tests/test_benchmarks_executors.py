@@ -15,7 +15,7 @@ ROOT = Path(__file__).parents[1]
 CHILD = """
 import os, sys, time
 open(sys.argv[1], "w").write(str(os.getpid()))
-from benchmarks.executors import exit_with_parent
+from qc_sb3.benchmarks.runner.executors import exit_with_parent
 exit_with_parent(int(sys.argv[2]), interval=0.05)
 time.sleep(60)
 """

@@ -1,5 +1,5 @@
-"""benchmarks.first_step: the timer of fresh processes to their first step, and the reference's first-step program, run
-against a stand-in of the reference's agent and harness."""
+"""qc_sb3.benchmarks.speed.first_step: the timer of fresh processes to their first step, and the reference's first-step
+program, run against a stand-in of the reference's agent and harness."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from benchmarks.first_step import reference_first_step_program, seconds_to_first_step
-from benchmarks.speed import CHUNK_SIZE, OBS_DIM
+from qc_sb3.benchmarks.speed.first_step import reference_first_step_program, seconds_to_first_step
+from qc_sb3.benchmarks.speed.step_speed import CHUNK_SIZE, OBS_DIM
 
 
 def test_the_first_step_is_timed_to_its_line_not_to_the_process_exit():

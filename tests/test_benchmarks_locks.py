@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch as th
 
-from benchmarks.config import load_config
-from benchmarks.datasets import prepare_datasets
-from benchmarks.evaluations import EVAL_COLUMNS
-from benchmarks.locks import FolderBusyError, folder_lock
-from benchmarks.planning import plan_runs
-from benchmarks.runs import execute_run
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.evaluations import EVAL_COLUMNS
+from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import execute_run
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 
@@ -27,7 +27,7 @@ PROTOCOL = {"offline_steps": 100, "online_steps": 0, "eval_interval": 50, "eval_
 # A runner process with the toy suite registered (everything in that process: --workers 0).
 RUNNER = (
     "import sys; from test_benchmarks_toys import register_toy_suite; register_toy_suite(); "
-    "from benchmarks.run import main; sys.exit(main(sys.argv[1:]))"
+    "from qc_sb3.benchmarks.run import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -43,7 +43,7 @@ def python_process(code: str, *args: str, **kwargs) -> subprocess.Popen:
 
 def test_a_lock_held_by_a_killed_process_is_free_at_once(tmp_path):
     holder = python_process(
-        "import sys, time; from benchmarks.locks import folder_lock\n"
+        "import sys, time; from qc_sb3.benchmarks.runner.locks import folder_lock\n"
         "with folder_lock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(120)",
         str(tmp_path),
         stdout=subprocess.PIPE,

@@ -8,7 +8,7 @@ import json
 import minari
 import numpy as np
 
-from benchmarks.run import main
+from qc_sb3.benchmarks.run import main
 
 from test_benchmarks_toys import write_config
 

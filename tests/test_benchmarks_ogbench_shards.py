@@ -6,12 +6,12 @@ import shutil
 
 import numpy as np
 
-from benchmarks.specs import DatasetRequest
-from benchmarks.suites.ogbench import _prepare_official
-from benchmarks.tasks import get_task
-from envs.ogbench import generate_dataset
+from qc_sb3.benchmarks.runner.specs import DatasetRequest
+from qc_sb3.benchmarks.runner.suites.ogbench import _prepare_official
+from qc_sb3.benchmarks.runner.tasks import get_task
 from qc_sb3.common.datasets import load_offline_transitions
 from qc_sb3.common.offline_source import OfflineShards
+from qc_sb3.envs.ogbench import generate_dataset
 
 TASK = "cube-double-play-singletask-task2-v0"
 

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.config import load_config
-from benchmarks.paper_comparison import paper_success_at, read_paper_curves
-from benchmarks.planning import plan_runs
-from benchmarks.reference_runs import convert_eval_rows, reference_flags
-from benchmarks.report import write_report
-from benchmarks.stats import bootstrap_difference_ci, permutation_test, smallest_permutation_p_value
+from qc_sb3.benchmarks.parity.reference_runs import convert_eval_rows, reference_flags
+from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.reports.paper_comparison import paper_success_at, read_paper_curves
+from qc_sb3.benchmarks.reports.stats import bootstrap_difference_ci, permutation_test, smallest_permutation_p_value
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.planning import plan_runs
 
 TASK = "cube-single-play-singletask-task1-v0"
 PUZZLE_2 = "puzzle-3x3-play-singletask-task2-v0"
@@ -218,7 +218,7 @@ def test_the_references_extra_evaluations_before_each_phase_end_are_left_out():
 
 
 def test_finished_only_reads_the_runs_that_have_finished(tmp_path):
-    from benchmarks.report import load_results
+    from qc_sb3.benchmarks.report import load_results
 
     _write_run(tmp_path, TASK, "QC", 0, [0.1, 0.2, 0.3, 0.4], None)
     _write_run(tmp_path, TASK, "QC", 1, [0.5, 0.5, 0.5, 0.5], None)
@@ -251,7 +251,7 @@ def test_four_runs_a_side_give_a_verdict_but_locate_nothing(tmp_path):
 
 
 def test_two_folders_of_runs_are_compared_as_the_implementations_are(tmp_path):
-    from benchmarks.compare import compare_folders
+    from qc_sb3.benchmarks.reports.compare import compare_folders
 
     # The second folder pools two sets of runs whose seeds repeat (0-2 and 0-1): five runs, not three.
     for folder, success, seeds in (("first", 0.9, range(5)), ("second/a", 0.1, range(3)), ("second/b", 0.05, range(2))):

@@ -14,12 +14,12 @@ import pytest
 import torch as th
 from torch import nn
 
-from benchmarks.config import load_config
-from benchmarks.datasets import prepare_datasets
-from benchmarks.planning import plan_runs
-from benchmarks.policy_probe import best_of_n_decision, main, probe_run, score_statistics
-from benchmarks.run_snapshot import ProbeError, load_model, run_from_folder
-from benchmarks.runs import execute_run
+from qc_sb3.benchmarks.parity.policy_probe import best_of_n_decision, main, probe_run, score_statistics
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.run_snapshot import ProbeError, load_model, run_from_folder
+from qc_sb3.benchmarks.runner.runs import execute_run
 from qc_sb3.common.networks import best_of_n_actions
 
 from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite  # noqa: F401 (autouse fixtures of this module)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.run import main
+from qc_sb3.benchmarks.run import main
 
 from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config, write_config
 

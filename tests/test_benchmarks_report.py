@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks.paper_comparison import paper_curve_on_axis, paper_task_name, read_paper_curves
-from benchmarks.report import main, plot_task, write_report
-from benchmarks.stats import bootstrap_mean_ci, stratified_bootstrap_ci
+from qc_sb3.benchmarks.report import main, plot_task, write_report
+from qc_sb3.benchmarks.reports.paper_comparison import paper_curve_on_axis, paper_task_name, read_paper_curves
+from qc_sb3.benchmarks.reports.stats import bootstrap_mean_ci, stratified_bootstrap_ci
 
 CUBE_DOUBLE_2 = "cube-double-play-singletask-task2-v0"
 CUBE_DOUBLE_3 = "cube-double-play-singletask-task3-v0"
@@ -152,7 +152,7 @@ def test_report_writes_curves_tables_and_plots(results_dir, tmp_path):
 
 
 def test_the_papers_curve_is_drawn_where_the_task_matches(results_dir, tmp_path):
-    from benchmarks.report import curve_statistics, load_results
+    from qc_sb3.benchmarks.report import curve_statistics, load_results
 
     results = load_results(results_dir)
     curves = curve_statistics(results)
@@ -223,7 +223,7 @@ def test_protocols_without_a_folder_of_their_own_are_numbered(results_dir):
 
 
 def test_a_campaign_is_a_protocol_with_one_dataset_per_suite():
-    from benchmarks.campaigns import campaign_keys
+    from qc_sb3.benchmarks.runner.campaigns import campaign_keys
 
     protocol, other_protocol = json.dumps({"offline_steps": 200}), json.dumps({"offline_steps": 400})
     ogbench_60, ogbench_100, robomimic = (json.dumps({"episodes": n}) for n in (60, 100, 200))

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.checkpoints import CheckpointError
-from benchmarks.config import ConfigError, load_config
-from benchmarks.datasets import prepare_datasets
-from benchmarks.evaluations import DamagedRunError
-from benchmarks.methods import constructor_arguments
-from benchmarks.planning import plan_runs
-from benchmarks.run import main, run_benchmark
-from benchmarks.runs import RunConflictError, execute_run
 from qc_sb3 import QC
+from qc_sb3.benchmarks.run import main, run_benchmark
+from qc_sb3.benchmarks.runner.checkpoints import CheckpointError
+from qc_sb3.benchmarks.runner.config import ConfigError, load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.evaluations import DamagedRunError
+from qc_sb3.benchmarks.runner.methods import constructor_arguments
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import RunConflictError, execute_run
 
 from test_benchmarks_toys import keep_torch_threads, make_point_reach, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 

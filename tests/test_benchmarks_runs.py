@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.config import load_config
-from benchmarks.datasets import prepare_datasets
-from benchmarks.evaluations import EVAL_COLUMNS
-from benchmarks.planning import plan_runs
-from benchmarks.run import run_benchmark
-from benchmarks.runs import RunConflictError, execute_run
+from qc_sb3.benchmarks.run import run_benchmark
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.evaluations import EVAL_COLUMNS
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import RunConflictError, execute_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.offline_source import OfflineShards
 

@@ -1,11 +1,12 @@
-"""benchmarks.speed: the RLPD-AC model it times, its timed calls; benchmarks.offline_speed: its timed blocks."""
+"""qc_sb3.benchmarks.speed.step_speed: the RLPD-AC model it times, its timed calls;
+qc_sb3.benchmarks.speed.offline_speed: its timed blocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import offline_speed
-from benchmarks.speed import RLPD_ONLINE_STEPS, build, random_dataset, synchronized
+from qc_sb3.benchmarks.speed import offline_speed
+from qc_sb3.benchmarks.speed.step_speed import RLPD_ONLINE_STEPS, build, random_dataset, synchronized
 from qc_sb3.common.buffers import ChunkReplayBuffer
 
 

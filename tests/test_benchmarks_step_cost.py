@@ -1,8 +1,8 @@
-"""benchmarks.step_cost: the CPU cost of a config's runs, measured on the toy suite."""
+"""qc_sb3.benchmarks.speed.step_cost: the CPU cost of a config's runs, measured on the toy suite."""
 
 from __future__ import annotations
 
-from benchmarks.step_cost import main
+from qc_sb3.benchmarks.speed.step_cost import main
 
 from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
 

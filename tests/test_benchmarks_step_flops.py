@@ -1,4 +1,4 @@
-"""benchmarks.step_flops: the counted matmul FLOPs of a step against the spec's count of one Euler step (the plain
+"""qc_sb3.benchmarks.speed.step_flops: the counted matmul FLOPs of a step against the spec's count of one Euler step (the plain
 forward passes are the ones counted, whatever fast paths the CPU offers) and against the batch size."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from stable_baselines3.common.logger import configure
 
-from benchmarks.speed import ACTION_DIM, CHUNK_SIZE, ConstantEnv, random_dataset
-from benchmarks.step_flops import step_matmul_flops
 from qc_sb3 import QC
+from qc_sb3.benchmarks.speed.step_flops import step_matmul_flops
+from qc_sb3.benchmarks.speed.step_speed import ACTION_DIM, CHUNK_SIZE, ConstantEnv, random_dataset
 
 HIDDEN, N_SAMPLES = [16, 12], 4
 

@@ -1,5 +1,5 @@
-"""benchmarks.step_profile: each part counted once (nested calls of one part are not added twice), the parts of a real
-step found, and the algorithms' samplers restored after profiling."""
+"""qc_sb3.benchmarks.speed.step_profile: each part counted once (nested calls of one part are not added twice), the
+parts of a real step found, and the algorithms' samplers restored after profiling."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ import pytest
 import torch as th
 
 import qc_sb3.qc.policies
-from benchmarks.speed import build, random_dataset
-from benchmarks.step_profile import ROWS, SAMPLERS, label_model, labelled_samplers, outermost_seconds, profile_steps
+from qc_sb3.benchmarks.speed.step_profile import (
+    ROWS,
+    SAMPLERS,
+    label_model,
+    labelled_samplers,
+    outermost_seconds,
+    profile_steps,
+)
+from qc_sb3.benchmarks.speed.step_speed import build, random_dataset
 
 
 def event(name: str, microseconds: float, parent=None) -> SimpleNamespace:

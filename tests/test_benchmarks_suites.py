@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from benchmarks.config import ConfigError, load_config
-from benchmarks.methods import METHODS
-from benchmarks.planning import plan_runs
-from benchmarks.specs import TaskSpec
-from benchmarks.suites import builtin_suites
-from benchmarks.tasks import get_suite, get_task, register_suite, register_task, task_names
+from qc_sb3.benchmarks.runner.config import ConfigError, load_config
+from qc_sb3.benchmarks.runner.methods import METHODS
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.specs import TaskSpec
+from qc_sb3.benchmarks.runner.suites import builtin_suites
+from qc_sb3.benchmarks.runner.tasks import get_suite, get_task, register_suite, register_task, task_names
 
 from test_benchmarks_toys import TOY_SUITE, make_point_reach, toy_config
 

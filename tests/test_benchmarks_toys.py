@@ -18,11 +18,11 @@ import torch as th
 import yaml
 from minari.data_collector import EpisodeBuffer
 
-from benchmarks.cache import cached, file_fingerprint
-from benchmarks.methods import paper_domain_settings
-from benchmarks.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec
-from benchmarks.tasks import register_suite, register_task
-from envs.minari_root import minari_root
+from qc_sb3.benchmarks.runner.cache import cached, file_fingerprint
+from qc_sb3.benchmarks.runner.methods import paper_domain_settings
+from qc_sb3.benchmarks.runner.specs import REQUIRED, DatasetRequest, Option, SuiteSpec, TaskSpec
+from qc_sb3.benchmarks.runner.tasks import register_suite, register_task
+from qc_sb3.envs.minari_root import minari_root
 
 from toy_tasks import PointReachEnv, scripted_demonstrations
 

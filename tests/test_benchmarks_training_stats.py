@@ -14,13 +14,13 @@ import pytest
 from stable_baselines3.common.logger import configure
 from test_benchmarks_runs import prepared_run
 
-import benchmarks.runs
-from benchmarks.config import load_config
-from benchmarks.planning import plan_runs
-from benchmarks.reference_runs import execute_reference_run
-from benchmarks.report import write_report
-from benchmarks.runs import execute_run
-from benchmarks.training_stats import (
+import qc_sb3.benchmarks.runner.runs
+from qc_sb3.benchmarks.parity.reference_runs import execute_reference_run
+from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.runner.config import load_config
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import execute_run
+from qc_sb3.benchmarks.runner.training_stats import (
     STATISTICS,
     TRAIN_STATS_FILE,
     comparison_markdown,
@@ -136,7 +136,7 @@ def test_end_of_phase_means_on_a_hand_worked_example():
 
 
 def write_reference_run(run_dir: Path, seed: int = 0) -> Path:
-    """A reference run as benchmarks.reference_runs leaves it: its agent CSVs, ``step`` on eval.csv's axis."""
+    """A reference run as qc_sb3.benchmarks.parity.reference_runs leaves it: its agent CSVs, ``step`` on eval.csv's axis."""
     write_config(run_dir, seed=seed, implementation="reference")
     header = "actor/actor_loss,actor/bc_flow_loss,actor/distill_loss,critic/critic_loss,critic/q_mean,grad/norm,step\n"
     (run_dir / "reference_offline_agent.csv").write_text(
@@ -255,7 +255,7 @@ def test_the_command_exports_finished_runs_once(tmp_path, capsys, monkeypatch):
             self.writer.writerow(next(iter(rows)))
             raise OSError("disk full")
 
-    monkeypatch.setattr("benchmarks.training_stats.csv.writer", FailingWriter)
+    monkeypatch.setattr("qc_sb3.benchmarks.runner.training_stats.csv.writer", FailingWriter)
     assert main([str(results)]) == 1
     assert "disk full" in capsys.readouterr().err
     assert sorted(path.name for path in finished.iterdir()) == sorted(
@@ -285,7 +285,7 @@ def test_the_runner_exports_before_done_and_finishes_if_it_fails(tmp_path, monke
     def failing_export(run_dir):
         raise OSError("disk full")
 
-    monkeypatch.setattr(benchmarks.runs, "export_run", failing_export)
+    monkeypatch.setattr(qc_sb3.benchmarks.runner.runs, "export_run", failing_export)
     other = prepared_run(tmp_path / "other")
     with pytest.warns(UserWarning, match="train_stats.csv not written .OSError: disk full"):
         execute_run(other)

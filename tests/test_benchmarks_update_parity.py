@@ -1,6 +1,7 @@
-"""benchmarks.update_parity's pieces that need no reference environment: the weight mapping and the draw replay.
+"""qc_sb3.benchmarks.parity.update_parity's pieces that need no reference environment: the weight mapping and the draw replay.
 
-The comparison itself runs the reference's JAX code, so it is a benchmark (``python -m benchmarks.update_parity``),
+The comparison itself runs the reference's JAX code, so it is a benchmark (``python -m
+qc_sb3.benchmarks.parity.update_parity``),
 not a test. What is tested here: reference-layout weights (flax paths, ``(in, out)`` kernels, ensembles stacked on
 a first axis) loaded into a qc_sb3 policy give the networks the reference's formulas compute from those arrays
 (tests/reference_math.py's NumPy layers), and the draws are replayed in order or refused.
@@ -14,8 +15,8 @@ import numpy as np
 import pytest
 import torch as th
 
-from benchmarks.update_parity import BoxEnv, load_reference_weights, network_rows, replayed_draws
 from qc_sb3 import QC, QCFQL
+from qc_sb3.benchmarks.parity.update_parity import BoxEnv, load_reference_weights, network_rows, replayed_draws
 from tests.reference_math import dense_layers
 
 OBS_DIM, ACTION_DIM, HORIZON, HIDDEN, N_CRITICS = 7, 2, 3, [16, 16], 2

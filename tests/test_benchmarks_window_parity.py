@@ -1,6 +1,7 @@
-"""benchmarks.window_parity's pieces that need no reference environment: the step recorder and the start numbering.
+"""qc_sb3.benchmarks.parity.window_parity's pieces that need no reference environment: the step recorder and the start
+numbering.
 
-The comparison itself runs the reference's code, so it is a benchmark (``python -m benchmarks.window_parity``).
+The comparison itself runs the reference's code, so it is a benchmark (``python -m qc_sb3.benchmarks.parity.window_parity``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from benchmarks.window_parity import EndingEnv, StepRecorder, largest_difference, windows_at
+from qc_sb3.benchmarks.parity.window_parity import EndingEnv, StepRecorder, largest_difference, windows_at
 from qc_sb3.common.buffers import ChunkReplayBuffer
 
 

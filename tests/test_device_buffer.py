@@ -13,8 +13,8 @@ import torch as th
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from benchmarks.window_parity import EndingEnv, random_offline_data
 from qc_sb3 import QC, QCFQL, ChunkReplayBuffer, DeviceChunkReplayBuffer
+from qc_sb3.benchmarks.parity.window_parity import EndingEnv, random_offline_data
 from tests.test_buffers import add_offline, add_online, check_batch_against_brute_force, make_buffer, steps_of
 
 STEPS = 200

@@ -1,4 +1,4 @@
-"""envs.ogbench.convert against OGBench's own single-task loader (``ogbench.make_env_and_datasets``) on tiny generated
+"""qc_sb3.envs.ogbench.convert against OGBench's own single-task loader (``ogbench.make_env_and_datasets``) on tiny generated
 datasets, read back through Minari and ``qc_sb3.common.datasets``; bad inputs leave existing data untouched."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import ogbench
 import pytest
 
-from envs.minari_root import this_host_staging_prefix
-from envs.ogbench import convert as convert_module
-from envs.ogbench import convert_shards, convert_to_minari, generate_dataset
-from envs.ogbench.__main__ import main
 from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.envs.minari_root import this_host_staging_prefix
+from qc_sb3.envs.ogbench import convert as convert_module
+from qc_sb3.envs.ogbench import convert_shards, convert_to_minari, generate_dataset
+from qc_sb3.envs.ogbench.__main__ import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

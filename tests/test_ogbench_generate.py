@@ -1,4 +1,4 @@
-"""envs.ogbench.generate on tiny play datasets: upstream npz layout (read back by OGBench's own loader),
+"""qc_sb3.envs.ogbench.generate on tiny play datasets: upstream npz layout (read back by OGBench's own loader),
 reproducibility across seeds and worker counts, the scene health check, atomic writes and the CLI."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import ogbench
 import pytest
 
-from envs.ogbench import generate as generate_module
-from envs.ogbench import generate_dataset
-from envs.ogbench import play as play_module
-from envs.ogbench.__main__ import main
-from envs.ogbench.play import scene_episode_is_healthy
+from qc_sb3.envs.ogbench import generate as generate_module
+from qc_sb3.envs.ogbench import generate_dataset
+from qc_sb3.envs.ogbench import play as play_module
+from qc_sb3.envs.ogbench.__main__ import main
+from qc_sb3.envs.ogbench.play import scene_episode_is_healthy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

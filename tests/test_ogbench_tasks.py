@@ -1,4 +1,5 @@
-"""envs.ogbench.tasks: task names, episode limits against OGBench's registry, the env factory, the sparse reward (§6)."""
+"""qc_sb3.envs.ogbench.tasks: task names, episode limits against OGBench's registry, the env factory, the sparse reward
+(§6)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from envs.ogbench import (
+from qc_sb3.envs.ogbench import (
     EPISODE_LIMITS,
     OGBENCH_FAMILIES,
     OGBENCH_TASKS,

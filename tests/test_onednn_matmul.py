@@ -125,7 +125,7 @@ def test_compiled_layers_call_onednn_and_give_the_hand_computed_gradients():
 
 
 def test_the_matmul_benchmark_times_the_same_product_on_both_paths():
-    from benchmarks.matmul_speed import products
+    from qc_sb3.benchmarks.speed.matmul_speed import products
 
     th.manual_seed(0)
     for name, (blas, onednn) in products(rows=40, width=8, members=3).items():

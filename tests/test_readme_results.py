@@ -1,6 +1,6 @@
 """The README's "Results" are the committed evidence: its tables are the committed report's, the report's numbers are
 those of its curves, the report rebuilds from the committed run files alone (``results/evidence``), and its lines on
-the fresh-seed comparison with the reference are what ``benchmarks.compare`` computes from those runs
+the fresh-seed comparison with the reference are what ``qc_sb3.benchmarks.reports.compare`` computes from those runs
 (``results/diagnosis/confirm``)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks.compare import compare_folders
-from benchmarks.implementation_parity import parity_markdown
-from benchmarks.report import write_report
+from qc_sb3.benchmarks.parity.implementation_parity import parity_markdown
+from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.reports.compare import compare_folders
 
 ROOT = Path(__file__).parents[1]
 EVIDENCE = ROOT / "results" / "evidence"
@@ -37,7 +37,8 @@ def test_the_readme_results_tables_are_the_committed_reports():
 
 
 def committed_campaigns() -> list[Path]:
-    """The committed report's folders of one protocol each: the report itself, or its sub-folders (benchmarks.report)."""
+    """The committed report's folders of one protocol each: the report itself, or its sub-folders
+    (qc_sb3.benchmarks.report)."""
     return sorted(path.parent for path in REPORT.rglob("tasks.csv"))
 
 

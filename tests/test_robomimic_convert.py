@@ -1,4 +1,4 @@
-"""envs.robomimic's converter against a direct h5py read of synthetic robomimic files (no robosuite needed)."""
+"""qc_sb3.envs.robomimic's converter against a direct h5py read of synthetic robomimic files (no robosuite needed)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import minari
 import numpy as np
 import pytest
 
-from envs.minari_root import this_host_staging_prefix
-from envs.robomimic import convert_to_minari
-from envs.robomimic.__main__ import main
 from qc_sb3.common.datasets import load_offline_transitions
+from qc_sb3.envs.minari_root import this_host_staging_prefix
+from qc_sb3.envs.robomimic import convert_to_minari
+from qc_sb3.envs.robomimic.__main__ import main
 
 # The paper's observation: these keys of obs/, in this order, with these sizes for lift.
 KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object")
@@ -148,7 +148,7 @@ def test_filter_key_selects_its_demos(lift_file: Path) -> None:
 def test_env_spec_rebuilds_the_task_env_from_the_file_env_args(lift_file: Path) -> None:
     dataset = minari.load_dataset(convert_to_minari(lift_file, "lift-mh-low_dim", dataset_id="mine/lift-v3"))
     spec = dataset.spec.env_spec
-    assert spec.entry_point == "envs.robomimic.env:RobomimicEnv"
+    assert spec.entry_point == "qc_sb3.envs.robomimic.env:RobomimicEnv"
     assert spec.max_episode_steps == 300
     assert spec.kwargs == {"task": "lift-mh-low_dim", "env_args": LIFT_ENV_ARGS}
     assert dataset.storage.metadata["eval_env_spec"] == dataset.storage.metadata["env_spec"]

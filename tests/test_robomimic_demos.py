@@ -16,9 +16,9 @@ pytest.importorskip(
     "robosuite", reason="robosuite is not installed (the 'robomimic' extra, then pip install --no-deps robosuite==1.5.2)"
 )
 
-from envs.robomimic import RobomimicEnv, convert_to_minari, generate_demos, make_env
-from envs.robomimic import demos as demos_module
 from qc_sb3 import QC
+from qc_sb3.envs.robomimic import RobomimicEnv, convert_to_minari, generate_demos, make_env
+from qc_sb3.envs.robomimic import demos as demos_module
 
 EPISODES = 3
 

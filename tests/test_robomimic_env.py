@@ -1,4 +1,4 @@
-"""envs.robomimic's env factory against robosuite's simulator state: observation layout, sparse reward, success."""
+"""qc_sb3.envs.robomimic's env factory against robosuite's simulator state: observation layout, sparse reward, success."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytest.importorskip(
     "robosuite", reason="robosuite is not installed (the 'robomimic' extra, then pip install --no-deps robosuite==1.5.2)"
 )
 
-from envs.robomimic import EPISODE_LIMITS, make_env
+from qc_sb3.envs.robomimic import EPISODE_LIMITS, make_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # robosuite 1.5.2's warnings on import, as its source words them (robosuite/macros.py, robosuite/__init__.py).
@@ -122,8 +122,8 @@ def test_env_creation_hides_robosuite_startup_warnings_and_passes_others() -> No
     assert printed, f"a plain robosuite import printed none of the start-up warnings: {plain!r}"
     quiet = run_python(
         "import logging\n"
-        "from envs.robomimic import make_env\n"
-        "from envs.robomimic.env import quiet_robosuite_startup\n"
+        "from qc_sb3.envs.robomimic import make_env\n"
+        "from qc_sb3.envs.robomimic.env import quiet_robosuite_startup\n"
         "make_env('lift', seed=0).reset(seed=0)\n"
         "logger = logging.getLogger('robosuite_logs')\n"
         "with quiet_robosuite_startup():\n"

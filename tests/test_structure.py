@@ -9,7 +9,8 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 # Each package's import name -> its folder in the repository.
-PACKAGES = {"qc_sb3": ROOT / "qc_sb3", "envs": ROOT / "envs", "benchmarks": ROOT / "benchmarks"}
+# The repository keeps envs/ and benchmarks/ as folders of their own; setup.py installs them under qc_sb3.
+PACKAGES = {"qc_sb3": ROOT / "qc_sb3", "qc_sb3.envs": ROOT / "envs", "qc_sb3.benchmarks": ROOT / "benchmarks"}
 MAX_LINES = 400
 
 
@@ -21,6 +22,7 @@ def module_name(package: str, folder: Path, path: Path) -> str:
 MODULES = {
     module_name(package, folder, path): path for package, folder in PACKAGES.items() for path in sorted(folder.rglob("*.py"))
 }
+RUNNER = "qc_sb3.benchmarks.runner"
 
 
 def imported_modules(importer: str, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
@@ -98,16 +100,16 @@ def repository_sources() -> dict[str, str]:
 def test_the_cycle_finder_finds_a_cycle_broken_only_by_a_lazy_import():
     # The shape of the old config -> tasks -> suites -> datasets -> config cycle, by hand.
     sources = {
-        "benchmarks": "",
-        "benchmarks.config": "from benchmarks.tasks import get_task\n",
-        "benchmarks.tasks": "def load():\n    from benchmarks import suites\n",
-        "benchmarks.suites": "from benchmarks.datasets import cached\n",
-        "benchmarks.datasets": "from benchmarks.config import RunSpec\n",
+        "runner": "",
+        "runner.config": "from runner.tasks import get_task\n",
+        "runner.tasks": "def load():\n    from runner import suites\n",
+        "runner.suites": "from runner.datasets import cached\n",
+        "runner.datasets": "from runner.config import RunSpec\n",
     }
     assert find_cycle(import_graph(sources, lazy=False)) is None
     cycle = find_cycle(import_graph(sources, lazy=True))
     assert cycle is not None and cycle[0] == cycle[-1]
-    assert set(cycle) == {"benchmarks.config", "benchmarks.tasks", "benchmarks.suites", "benchmarks.datasets"}
+    assert set(cycle) == {"runner.config", "runner.tasks", "runner.suites", "runner.datasets"}
     # A relative import and a submodule named in a from-import are edges too.
     sources = {
         "benchmarks": "",
@@ -122,13 +124,13 @@ def test_the_cycle_finder_finds_a_cycle_broken_only_by_a_lazy_import():
 
 def test_a_package_importing_its_submodules_is_not_a_cycle():
     sources = {
-        "benchmarks": "",
-        "benchmarks.specs": "",
-        "benchmarks.suites": "from benchmarks.suites import ogbench\n",
-        "benchmarks.suites.ogbench": "from benchmarks.specs import SuiteSpec\n",
+        "runner": "",
+        "runner.specs": "",
+        "runner.suites": "from runner.suites import ogbench\n",
+        "runner.suites.ogbench": "from runner.specs import SuiteSpec\n",
     }
     graph = import_graph(sources, lazy=True)
-    assert graph["benchmarks.suites"] == {"benchmarks.suites.ogbench"}
+    assert graph["runner.suites"] == {"runner.suites.ogbench"}
     assert find_cycle(graph) is None
 
 
@@ -147,17 +149,28 @@ def test_the_plain_networks_import_no_acceleration():
 
 def test_specs_is_a_leaf_module():
     graph = import_graph(repository_sources(), lazy=True)
-    assert {name for name in graph["benchmarks.specs"] if name.startswith("benchmarks")} == set()
+    assert {name for name in graph[f"{RUNNER}.specs"] if name.startswith("qc_sb3.benchmarks")} == set()
 
 
 def test_each_suite_module_is_a_leaf_of_the_registry():
     # A suite imports the specs, the cache and the methods, never the registry, the config or the runner.
     graph = import_graph(repository_sources(), lazy=True)
-    suites = [name for name in MODULES if name.startswith("benchmarks.suites.")]
-    assert {"benchmarks.suites.ogbench", "benchmarks.suites.robomimic"} <= set(suites)
+    suites = [name for name in MODULES if name.startswith(f"{RUNNER}.suites.")]
+    assert {f"{RUNNER}.suites.ogbench", f"{RUNNER}.suites.robomimic"} <= set(suites)
+    allowed = {f"{RUNNER}.{name}" for name in ("specs", "cache", "methods", "atomic")}
     for suite in suites:
-        imported = {name for name in graph[suite] if name.startswith("benchmarks")}
-        assert imported <= {"benchmarks.specs", "benchmarks.cache", "benchmarks.methods", "benchmarks.atomic"}, suite
+        imported = {name for name in graph[suite] if name.startswith("qc_sb3.benchmarks")}
+        assert imported <= allowed, suite
+
+
+def test_the_library_imports_neither_the_envs_nor_the_benchmarks():
+    # qc_sb3's own modules stand alone: the environments and the benchmark tools are installed under it, not in it.
+    graph = import_graph(repository_sources(), lazy=True)
+    tools = ("qc_sb3.envs", "qc_sb3.benchmarks")
+    library = [name for name in graph if name.startswith("qc_sb3") and not name.startswith(tools)]
+    assert "qc_sb3.qc.qc" in library and "qc_sb3.benchmarks.run" in graph and "qc_sb3.envs.ogbench" in graph
+    for name in library:
+        assert not {imported for imported in graph[name] if imported.startswith(tools)}, name
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

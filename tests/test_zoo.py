@@ -69,7 +69,7 @@ def test_hyperparameter_files_hold_the_paper_settings(algo):
         if algo == "qc_fql":
             expected["alpha"] = QC_FQL_ALPHA[domain]
         if domain in SPARSE_DOMAINS:
-            expected.update(offline_sparse_rewards=True, env_wrapper="envs.ogbench.tasks.SparseReward")
+            expected.update(offline_sparse_rewards=True, env_wrapper="qc_sb3.envs.ogbench.tasks.SparseReward")
         assert entry == expected, env_id
     # Every other key is a constructor argument of the algorithm (rl-zoo3 passes them through).
     toy = hyperparams["Pendulum-v1"]

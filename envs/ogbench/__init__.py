@@ -1,8 +1,10 @@
 """OGBench single-task manipulation: env factory, local play-data generation, npz to Minari conversion."""
 
-from envs.ogbench.convert import convert_shards, convert_to_minari
-from envs.ogbench.generate import generate_dataset
-from envs.ogbench.tasks import (
+# The sparse reward on arrays (offline rewards) is the library's own (qc_sb3.common.datasets).
+from qc_sb3.common.offline_transitions import sparse_rewards
+from qc_sb3.envs.ogbench.convert import convert_shards, convert_to_minari
+from qc_sb3.envs.ogbench.generate import generate_dataset
+from qc_sb3.envs.ogbench.tasks import (
     EPISODE_LIMITS,
     OGBENCH_FAMILIES,
     OGBENCH_TASKS,
@@ -11,9 +13,6 @@ from envs.ogbench.tasks import (
     make_env,
     parse_task,
 )
-
-# The sparse reward on arrays (offline rewards) is the library's own (qc_sb3.common.datasets).
-from qc_sb3.common.offline_transitions import sparse_rewards
 
 __all__ = [
     "EPISODE_LIMITS",

@@ -1,9 +1,9 @@
 """
 Command line: generate OGBench play datasets locally, convert npz files to Minari.
 
-    python -m envs.ogbench generate cube-double-play --episodes 100 --workers 2 --seed 0 --out DIR
-    python -m envs.ogbench convert NPZ --task cube-double-play-singletask-task2-v0 [--id ID] [--overwrite]
-    python -m envs.ogbench convert NPZ_FOLDER --task cube-double-play-singletask-task2-v0 [--overwrite]
+    python -m qc_sb3.envs.ogbench generate cube-double-play --episodes 100 --workers 2 --seed 0 --out DIR
+    python -m qc_sb3.envs.ogbench convert NPZ --task cube-double-play-singletask-task2-v0 [--id ID] [--overwrite]
+    python -m qc_sb3.envs.ogbench convert NPZ_FOLDER --task cube-double-play-singletask-task2-v0 [--overwrite]
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from envs.ogbench.convert import convert_shards, convert_to_minari
-from envs.ogbench.generate import generate_dataset
-from envs.ogbench.play import UPSTREAM_EPISODE_LENGTH
+from qc_sb3.envs.ogbench.convert import convert_shards, convert_to_minari
+from qc_sb3.envs.ogbench.generate import generate_dataset
+from qc_sb3.envs.ogbench.play import UPSTREAM_EPISODE_LENGTH
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m envs.ogbench``."""
-    parser = argparse.ArgumentParser(prog="python -m envs.ogbench", description=__doc__.strip().splitlines()[0])
+    """The parser of ``python -m qc_sb3.envs.ogbench``."""
+    parser = argparse.ArgumentParser(prog="python -m qc_sb3.envs.ogbench", description=__doc__.strip().splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate = commands.add_parser("generate", help="record a play dataset with OGBench's scripted oracles")
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
-    package_logger = logging.getLogger("envs.ogbench")
+    package_logger = logging.getLogger("qc_sb3.envs.ogbench")
     package_logger.addHandler(handler)
     package_logger.setLevel(logging.INFO)
     start = time.perf_counter()

@@ -28,10 +28,18 @@ from minari.storage import get_dataset_path
 from ogbench.relabel_utils import relabel_dataset
 from tqdm import tqdm
 
-from envs.minari_root import minari_root, staging_root
-from envs.ogbench.npz_file import BUTTON_FAMILIES, EnvDims, check_npz_layout, check_row_shapes, inspect_npz, npz_file, read_npz
-from envs.ogbench.tasks import parse_task, singletask_env_id
 from qc_sb3.common.offline_transitions import ACTION_BOUNDS_TOLERANCE
+from qc_sb3.envs.minari_root import minari_root, staging_root
+from qc_sb3.envs.ogbench.npz_file import (
+    BUTTON_FAMILIES,
+    EnvDims,
+    check_npz_layout,
+    check_row_shapes,
+    inspect_npz,
+    npz_file,
+    read_npz,
+)
+from qc_sb3.envs.ogbench.tasks import parse_task, singletask_env_id
 
 
 def default_dataset_id(task: str) -> str:

@@ -1,7 +1,7 @@
 """
 Generate OGBench play datasets locally, in the upstream npz format, for when the official files cannot be downloaded.
 
-Each episode is recorded by :class:`envs.ogbench.play.PlayCollector` and seeded from ``(seed, episode index)``, so a
+Each episode is recorded by :class:`qc_sb3.envs.ogbench.play.PlayCollector` and seeded from ``(seed, episode index)``, so a
 dataset depends on its seed only, not on the number of worker processes. Train episodes come first, then the
 validation episodes; both files are written to temporary files in the output folder and moved into place only when
 complete.
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from envs.ogbench.play import UPSTREAM_EPISODE_LENGTH, PlayCollector, PlayEpisode, parse_play_dataset
-from envs.output_folder import check_writable_folder
+from qc_sb3.envs.ogbench.play import UPSTREAM_EPISODE_LENGTH, PlayCollector, PlayEpisode, parse_play_dataset
+from qc_sb3.envs.output_folder import check_writable_folder
 
 logger = logging.getLogger(__name__)
 

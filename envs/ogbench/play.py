@@ -21,7 +21,7 @@ from ogbench.manipspace.oracles.plan.drawer_plan import DrawerPlanOracle
 from ogbench.manipspace.oracles.plan.plan_oracle import PlanOracle
 from ogbench.manipspace.oracles.plan.window_plan import WindowPlanOracle
 
-from envs.ogbench.tasks import OGBENCH_FAMILIES
+from qc_sb3.envs.ogbench.tasks import OGBENCH_FAMILIES
 
 # Upstream flag defaults for "play" data.
 PLAN_NOISE = 0.1

@@ -7,10 +7,10 @@ env, not to import or convert).
 
 import gymnasium as gym
 
-from envs.robomimic.convert import convert_to_minari, default_dataset_id
-from envs.robomimic.demos import generate_demos
-from envs.robomimic.env import ENTRY_POINT, RobomimicEnv, env_spec, make_env
-from envs.robomimic.tasks import EPISODE_LIMITS, LOW_DIM_KEYS, ROBOMIMIC_TASKS, default_env_args
+from qc_sb3.envs.robomimic.convert import convert_to_minari, default_dataset_id
+from qc_sb3.envs.robomimic.demos import generate_demos
+from qc_sb3.envs.robomimic.env import ENTRY_POINT, RobomimicEnv, env_spec, make_env
+from qc_sb3.envs.robomimic.tasks import EPISODE_LIMITS, LOW_DIM_KEYS, ROBOMIMIC_TASKS, default_env_args
 
 for _task in ROBOMIMIC_TASKS:
     if f"robomimic/{_task}-v0" not in gym.registry:

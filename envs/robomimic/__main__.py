@@ -1,7 +1,7 @@
 """Command line: generate scripted robomimic demonstrations, convert robomimic hdf5 files to Minari.
 
-python -m envs.robomimic generate lift --episodes 20 --out lift.hdf5 --seed 0
-python -m envs.robomimic convert lift.hdf5 --task lift-mh-low_dim [--filter-key train] [--overwrite]
+python -m qc_sb3.envs.robomimic generate lift --episodes 20 --out lift.hdf5 --seed 0
+python -m qc_sb3.envs.robomimic convert lift.hdf5 --task lift-mh-low_dim [--filter-key train] [--overwrite]
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import sys
 import h5py
 import minari
 
-from envs.robomimic.convert import convert_to_minari
-from envs.robomimic.demos import generate_demos
-from envs.robomimic.tasks import ROBOMIMIC_TASKS, TASKS
+from qc_sb3.envs.robomimic.convert import convert_to_minari
+from qc_sb3.envs.robomimic.demos import generate_demos
+from qc_sb3.envs.robomimic.tasks import ROBOMIMIC_TASKS, TASKS
 
 TASK_CHOICES = [*ROBOMIMIC_TASKS, *(info.short_name for info in TASKS.values())]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m envs.robomimic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m qc_sb3.envs.robomimic", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate = commands.add_parser("generate", help="write scripted demonstrations as a robomimic low-dim hdf5 file")

@@ -18,9 +18,9 @@ import numpy as np
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
-from envs.minari_root import staging_root
-from envs.robomimic.env import env_spec
-from envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
+from qc_sb3.envs.minari_root import staging_root
+from qc_sb3.envs.robomimic.env import env_spec
+from qc_sb3.envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
 
 # Actions may exceed [-1, 1] by this much (float rounding) and still count as inside.
 ACTION_TOLERANCE = 1e-6
@@ -284,7 +284,7 @@ def convert_to_minari(
             observation_space=gym.spaces.Box(-np.inf, np.inf, (info.obs_dim,), np.float32),
             action_space=gym.spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32),
             algorithm_name="robomimic demonstrations",
-            description=f"robomimic {info.name}: {selection} of {source.path.name}, converted by envs.robomimic",
+            description=f"robomimic {info.name}: {selection} of {source.path.name}, converted by qc_sb3.envs.robomimic",
             requirements=REQUIREMENTS,
         )
         dataset.storage.update_metadata({"env_spec": spec.to_json()})

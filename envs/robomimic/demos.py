@@ -15,10 +15,10 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
-from envs.output_folder import check_writable_folder
-from envs.robomimic.env import import_robosuite, reseed, reset_robosuite, robosuite_kwargs
-from envs.robomimic.scripted import OPERATOR_STYLES, make_controller
-from envs.robomimic.tasks import default_env_args, resolve_task
+from qc_sb3.envs.output_folder import check_writable_folder
+from qc_sb3.envs.robomimic.env import import_robosuite, reseed, reset_robosuite, robosuite_kwargs
+from qc_sb3.envs.robomimic.scripted import OPERATOR_STYLES, make_controller
+from qc_sb3.envs.robomimic.tasks import default_env_args, resolve_task
 
 # The observation keys written under obs/ and next_obs/: those of the official low-dim files that robosuite
 # observes directly ("object" is robosuite's "object-state").

@@ -13,9 +13,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from envs.robomimic.tasks import ACTION_DIM, HEADLESS_KWARGS, LOW_DIM_KEYS, check_env_args, default_env_args, resolve_task
+from qc_sb3.envs.robomimic.tasks import (
+    ACTION_DIM,
+    HEADLESS_KWARGS,
+    LOW_DIM_KEYS,
+    check_env_args,
+    default_env_args,
+    resolve_task,
+)
 
-ENTRY_POINT = "envs.robomimic.env:RobomimicEnv"
+ENTRY_POINT = "qc_sb3.envs.robomimic.env:RobomimicEnv"
 
 # robosuite's logger, and the warnings its import logs about optional parts the robomimic tasks do not use (a private
 # macro file, robosuite_models' extra robots, the GR1 robot's whole-body IK).

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.robomimic.tasks import resolve_task
+from qc_sb3.envs.robomimic.tasks import resolve_task
 
 # OSC_POSE maps a unit action to 5 cm and 0.5 rad (the official controller's output_max).
 _POSITION_SCALE = 0.05

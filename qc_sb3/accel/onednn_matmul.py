@@ -4,8 +4,8 @@ CPU fast path of the networks' Linear layers, with autograd: oneDNN's matmul in 
 The networks of :mod:`qc_sb3.common.networks` compute each layer with ``nn.Linear`` (an MLP) or ``baddbmm`` (an
 ensemble), which on CPU call the BLAS PyTorch was built with (MKL in the wheels). On CPUs that MKL does not run at
 full speed, such as AMD's, oneDNN's matmul is faster for these networks' shapes, forward and for both products of
-the backward pass (``python -m benchmarks.matmul_speed`` measures it); it computes the same products (float32, same
-values to rounding). :func:`linear` and
+the backward pass (``python -m qc_sb3.benchmarks.speed.matmul_speed`` measures it); it computes the same products
+(float32, same values to rounding). :func:`linear` and
 :func:`ensemble_linear` are those layers: the plain ``addmm`` / ``baddbmm`` off the CPU or where oneDNN is missing,
 and oneDNN otherwise (from :data:`MIN_ROWS` rows: a oneDNN call has a larger fixed cost), unless
 :func:`plain_matmuls` is in force (for tests and for the benchmarks' A/B).
@@ -25,7 +25,7 @@ from torch import nn
 
 _HAS_ONEDNN = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
 # A oneDNN call has a larger fixed cost than a BLAS one, which a decision's few rows do not repay
-# (``python -m benchmarks.matmul_speed`` measures the crossover); below this many rows the BLAS stays.
+# (``python -m qc_sb3.benchmarks.speed.matmul_speed`` measures the crossover); below this many rows the BLAS stays.
 MIN_ROWS = 32
 _plain_forced = False
 

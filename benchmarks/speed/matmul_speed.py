@@ -1,0 +1,117 @@
+"""
+The networks' matmuls by PyTorch's BLAS (``addmm`` / ``baddbmm``: MKL in the CPU wheels) and by oneDNN
+(:mod:`qc_sb3.accel.onednn_matmul`), for the products of a Linear layer's forward and backward passes.
+
+Run: ``python -m qc_sb3.benchmarks.speed.matmul_speed [--rows 256] [--width 256] [--members 2] [--rounds 15]``. The products:
+forward ``x W^T``, backward ``dy W`` (to the input) and ``dy^T x`` (to the weight), of a single layer and of an
+ensemble's (one batched matmul against one oneDNN call per member), ``rows x width @ width x width``. Each round
+times a block of calls of every product on both paths in turn; the figures are medians over the rounds, from one
+run, in GFLOP/s, and the ratio oneDNN / BLAS.
+
+``--steps [small default]``: whole gradient steps instead, ``train(1)`` of :mod:`qc_sb3.benchmarks.speed.step_speed`'s
+QC and QC-FQL
+models, eager and with ``compile_step=True``, each with the oneDNN layers and a copy (same weights) whose steps run
+under :func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`, all in the same rounds (``qc_sb3.benchmarks.speed.step_speed``'s
+interleaving); medians in ms per step, and the ratio BLAS / oneDNN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch as th
+
+from qc_sb3.accel.onednn_matmul import _matmul_t, plain_matmuls
+from qc_sb3.benchmarks.speed.step_speed import CONFIGS, build, interleaved_seconds, machine_name, random_dataset
+
+
+def products(rows: int, width: int, members: int) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """Each product as (BLAS call, oneDNN call), on random float32 inputs."""
+    x, grad, weight = th.randn(rows, width), th.randn(rows, width), th.randn(width, width)
+    xs, grads, weights = th.randn(members, rows, width), th.randn(members, rows, width), th.randn(members, width, width)
+    each = range(members)
+    return {
+        "forward x W^T": (lambda: x @ weight.T, lambda: _matmul_t(x, weight)),
+        "input grad dy W": (lambda: grad @ weight, lambda: _matmul_t(grad, weight, transpose_b=True)),
+        "weight grad dy^T x": (
+            lambda: grad.T @ x,
+            lambda: _matmul_t(grad, x, transpose_a=True, transpose_b=True),
+        ),
+        "ensemble forward": (
+            lambda: th.bmm(xs, weights),
+            lambda: [_matmul_t(xs[k], weights[k], transpose_b=True) for k in each],
+        ),
+        "ensemble weight grad": (
+            lambda: th.bmm(xs.transpose(1, 2), grads),
+            lambda: [_matmul_t(xs[k], grads[k], transpose_a=True, transpose_b=True) for k in each],
+        ),
+    }
+
+
+def step_calls(configs: list[str]) -> dict[tuple[str, bool], Callable[[], object]]:
+    """One ``train(1)`` call per model, configuration and compile option, as (name, plain) -> call."""
+    dataset = random_dataset()
+    calls: dict[tuple[str, bool], Callable[[], object]] = {}
+    for config_name in configs:
+        for method in ("QC", "QCFQL"):
+            for compiled in (False, True):
+                name = f"{config_name} {method} {'compiled' if compiled else 'eager'}"
+                onednn = build(method, CONFIGS[config_name], "cpu", dataset, compile_step=compiled)
+                plain = build(method, CONFIGS[config_name], "cpu", dataset, compile_step=compiled)
+                plain.policy.load_state_dict(onednn.policy.state_dict())
+                calls[name, False] = lambda model=onednn: model.train(gradient_steps=1, batch_size=256)
+                calls[name, True] = lambda model=plain: plain_step(model)
+    return calls
+
+
+def plain_step(model: object) -> None:
+    with plain_matmuls():
+        model.train(gradient_steps=1, batch_size=256)  # type: ignore[attr-defined]
+
+
+def print_steps(configs: list[str], rounds: int) -> None:
+    calls = step_calls(configs)
+    times = interleaved_seconds({f"{name} {plain}": call for (name, plain), call in calls.items()}, rounds, 5)
+    print(f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads; {rounds} rounds of 5 steps")
+    print(f"{'model':24s} {'BLAS ms':>8s} {'oneDNN ms':>10s} {'ratio':>7s}")
+    for name in dict.fromkeys(name for name, _ in calls):
+        blas, onednn = (1000 * statistics.median(times[f"{name} {plain}"]) for plain in (True, False))
+        print(f"{name:24s} {blas:8.2f} {onednn:10.2f} {blas / onednn:6.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=256, help="rows of a batch (the batch size)")
+    parser.add_argument("--width", type=int, default=256, help="width of the layer, in and out")
+    parser.add_argument("--members", type=int, default=2, help="ensemble members")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per product, path and round")
+    parser.add_argument("--steps", nargs="+", choices=list(CONFIGS), help="time whole gradient steps of these configs")
+    args = parser.parse_args()
+    if args.steps:
+        print_steps(args.steps, args.rounds)
+        return
+    calls = products(args.rows, args.width, args.members)
+    seconds: dict[tuple[str, int], list[float]] = {(name, path): [] for name in calls for path in (0, 1)}
+    for _ in range(args.rounds):
+        for name, pair in calls.items():
+            for path, call in enumerate(pair):
+                call()
+                start = time.perf_counter()
+                for _ in range(args.repeats):
+                    call()
+                seconds[name, path].append((time.perf_counter() - start) / args.repeats)
+    print(f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads")
+    print(f"{args.rows} x {args.width} @ {args.width} x {args.width}, {args.members} members; median GFLOP/s")
+    print(f"{'product':22s} {'BLAS':>8s} {'oneDNN':>8s} {'ratio':>7s}")
+    for name in calls:
+        flops = 2 * args.rows * args.width * args.width * (args.members if name.startswith("ensemble") else 1)
+        blas, onednn = (flops / statistics.median(seconds[name, path]) / 1e9 for path in (0, 1))
+        print(f"{name:22s} {blas:8.1f} {onednn:8.1f} {onednn / blas:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
