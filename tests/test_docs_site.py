@@ -13,7 +13,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-EXAMPLE_PAGES = ["getting-started.md", "algorithms/qc.md", "algorithms/qc_fql.md", "algorithms/rlpd.md"]
+EXAMPLE_PAGES = [
+    "getting-started.md",
+    "algorithms/qc.md",
+    "algorithms/qc_fql.md",
+    "algorithms/rlpd.md",
+    "guides/sb3-over-chunks.md",
+]
 
 
 def load_generator():
