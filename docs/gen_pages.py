@@ -25,7 +25,17 @@ INTRODUCTIONS = {
     "asks whether the paper's ordering holds at a scale this machine can run: every method of the paper at part A's "
     "protocol (`benchmarks/configs/evidence.yaml`). The tables give each method's success at the end of the offline "
     "phase and of the online phase, with 95% bootstrap intervals over seeds; the curves show the whole runs. Part A's "
-    "verdict is the confirmatory comparison below, on fresh seeds fixed in advance.",
+    "verdict is the confirmatory comparison below, on fresh seeds fixed in advance.\n\n"
+    "How to read them:\n\n"
+    "- Part A: offline, the two implementations end alike. Online, part A's own curves put qc_sb3 lower for both "
+    "methods; the confirmatory runs, planned before they ran, reproduce neither gap, so it is read as chance: the two "
+    "implementations learn alike.\n"
+    "- Part B: QC ends ahead of its baselines (BFN, BFN-n, RLPD, RLPD-AC), as in the paper. With chunks the distilled "
+    "actor learns (QC-FQL); without them it barely does (FQL, FQL-n). Chunking helps RLPD too: RLPD-AC ends above "
+    "RLPD, and level with QC-FQL here, where the paper, on cube-double, has QC-FQL ahead of RLPD-AC.\n"
+    "- This is one task at a small scale with three seeds for most methods, hence wide intervals: it shows the "
+    "ordering of the methods, not the paper's numbers. Why this task (the pilots on harder tasks learned nothing "
+    "within this budget): `results/evidence/pilot/README.md`.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
