@@ -13,7 +13,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-EXAMPLE_PAGES = ["getting-started.md", "algorithms/qc.md", "algorithms/qc_fql.md", "algorithms/rlpd.md"]
+EXAMPLE_PAGES = [
+    "getting-started.md",
+    "algorithms/qc.md",
+    "algorithms/qc_fql.md",
+    "algorithms/rlpd.md",
+    "guides/sb3-over-chunks.md",
+]
 
 
 def load_generator():
@@ -46,6 +52,26 @@ def test_results_page_shows_each_tasks_csv_row():
     assert cells
     for line in cells:
         assert line in page
+
+
+def test_results_page_shows_each_confirmatory_p_value():
+    # Each compare-<method>.md's p-value for its method, parsed from the committed file by column name, is the one in
+    # the page's row for that method under that method's test.
+    page = (DOCS / "results.md").read_text(encoding="utf-8")
+    files = sorted((ROOT / "results" / "diagnosis" / "confirm").glob("compare-*.md"))
+    assert {path.stem for path in files} == {"compare-QC", "compare-QC-FQL"}
+    for path in files:
+        method = path.stem[len("compare-") :]
+        rows = [line.strip("|").split("|") for line in path.read_text(encoding="utf-8").splitlines() if line[:1] == "|"]
+        header = [cell.strip() for cell in rows[0]]
+        expected = [row for row in rows[2:] if row[header.index("method")].strip() == method]
+        assert len(expected) == 1
+        p_value = float(expected[0][header.index("p (permutation)")])
+        section = page.split(f"### {method}'s test")[1].split("\n#")[0]
+        shown = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| cube")]
+        assert len(shown) == 1 and shown[0][header.index("method")].strip() == method
+        assert float(shown[0][header.index("p (permutation)")]) == p_value
+        assert 0 < p_value <= 1
 
 
 def test_speed_page_holds_each_step_time_median():
