@@ -51,6 +51,8 @@ CONFIRM_INTRODUCTION = (
 )
 SPEED = ROOT / "results" / "speed"
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
+# A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
+RUN_RECORD = "\n## Run record\n"
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}Z?)?( \d{2}:\d{2}(-\d{2}:\d{2})?( UTC)?)?,?\s*")
 
 
@@ -126,7 +128,10 @@ def results_page() -> str:
     parts.append(confirm_section())
     parts += ["## Diagnosis", ""]
     for readme in sorted(DIAGNOSIS.glob("*/README.md")):
-        parts += [f"### `{readme.parent.relative_to(ROOT)}`", "", demote(readme.read_text(encoding="utf-8"), 3)]
+        note, *record = readme.read_text(encoding="utf-8").split(RUN_RECORD)
+        parts += [f"### `{readme.parent.relative_to(ROOT)}`", "", demote(note, 3)]
+        if record:
+            parts += [f"When and where these runs were made: `{readme.relative_to(ROOT)}`, section \"Run record\".", ""]
     return "\n".join(parts)
 
 

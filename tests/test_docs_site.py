@@ -35,6 +35,14 @@ def test_generated_pages_are_committed_as_generated():
     assert (DOCS / "speed.md").read_text(encoding="utf-8") == generator.speed_page()
 
 
+def test_pages_carry_no_dates():
+    # User pages hold no dated narrative: run windows stay in the results files' "Run record" sections.
+    date = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b\d\d:\d\d UTC\b")
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    dated = {str(page.relative_to(ROOT)): date.findall(page.read_text(encoding="utf-8")) for page in pages}
+    assert {page: found for page, found in dated.items() if found} == {}
+
+
 def test_results_page_shows_each_tasks_csv_row():
     # Every (method, offline end, online end) mean in a report's tasks.csv appears in the page's table rows.
     page = (DOCS / "results.md").read_text(encoding="utf-8")
