@@ -454,6 +454,19 @@ def test_best_of_n_picks_the_brute_force_argmax_for_mean_and_min() -> None:
     assert disagreements > 0  # the test does tell "mean" from "min"
 
 
+def test_best_of_one_is_the_flow_sample_without_scoring() -> None:
+    # N = 1 leaves nothing to choose: the action is the flow's sample (brute force), and the critic is not evaluated.
+    field, critic, generator = make_policy(4)
+    observations, noise = th.randn(5, 3, generator=generator), th.randn(5, 1, 2, generator=generator)
+    expected, _ = brute_force_best(field, critic, observations, noise, 3, "mean")
+    calls = []
+    critic.register_forward_hook(lambda module, inputs, output: calls.append(1))
+    with th.no_grad():
+        actions = best_of_n_actions(field, critic, observations, 1, 3, noise=noise)
+    assert_close(actions, expected, tol=1e-5)
+    assert calls == []
+
+
 def test_best_of_n_draws_standard_normal_noise() -> None:
     field, critic, generator = make_policy(10)
     observations = th.randn(4, 3, generator=generator)

@@ -344,6 +344,8 @@ def best_of_n_actions(
         raise ValueError(f"noise must have shape {(batch_size, n_samples, action_dim)}, got {tuple(noise.shape)}")
     repeated_observations = observations.repeat_interleave(n_samples, dim=0)  # row b * N + j is state b
     actions = vector_field.integrate(repeated_observations, noise.reshape(-1, action_dim), flow_steps)
+    if n_samples == 1:  # the best of one sample is that sample: no critic call
+        return actions
     q_values = critic(repeated_observations, actions)  # (K, B * N)
     scores = q_values.mean(dim=0) if q_agg == "mean" else q_values.amin(dim=0)
     best = scores.view(batch_size, n_samples).argmax(dim=1)
