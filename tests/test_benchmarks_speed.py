@@ -32,3 +32,18 @@ def test_the_offline_phase_is_timed_in_blocks_of_real_offline_steps():
     seconds = offline_speed.block_seconds(model, steps=25, block=10)
     assert len(seconds) == 2 and all(value > 0 for value in seconds)
     assert model.offline_steps_done == 20 and model._n_updates == 20  # whole blocks only
+
+
+def test_the_sac_comparison_builds_each_model_at_the_same_widths():
+    from qc_sb3.benchmarks.speed.sac_speed import build
+
+    widths = {}
+    for name in ("SAC", "RLPD K=2", "QC h=1 N=1"):
+        model = build(name, [32, 32])
+        widths[name] = sorted({p.shape[0] for n, p in model.policy.named_parameters() if n.endswith("bias") and p.dim() == 1})
+    assert widths["SAC"][-1] == widths["RLPD K=2"][-1] == widths["QC h=1 N=1"][-1] == 32
+    assert build("RLPD K=2", [32]).n_critics == 2
+    qc = build("QC h=1 N=1", [32])
+    assert (qc.chunk_size, qc.actor_num_samples, qc.offline_gradient_steps) == (1, 1, 0)
+    with pytest.raises(ValueError, match="unknown model 'TD3'"):
+        build("TD3", [32])
