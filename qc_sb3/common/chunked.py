@@ -23,6 +23,7 @@ from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
+from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
 from qc_sb3.common.offline_source import offline_source_record
@@ -144,6 +145,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             sde_support=False,
             supported_action_spaces=supported_action_spaces,
         )
+        check_replay_buffer_kwargs(replay_buffer_class, self.replay_buffer_kwargs)
+        check_policy_kwargs(type(self), ChunkedOffPolicyAlgorithm, self.policy_class, self.policy_kwargs)
         check_positive_int("chunk_size", chunk_size)
         check_positive_int("offline_gradient_steps", offline_gradient_steps, minimum=0)
         check_positive_int("offline_log_interval", offline_log_interval)

@@ -1,0 +1,72 @@
+"""What an SB3 user passes beyond the algorithm's own arguments: policy_kwargs and replay_buffer_kwargs in SB3's
+idioms (activation_fn, net_arch dicts, unknown keys), refused by name or honored."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+from torch import nn
+
+from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.common.networks import TanhGELU
+
+from reference_math import dense_layers, mlp_layers, numpy_of, relu
+from test_qc import TINY, make_env, offline_arrays
+
+ALGORITHMS = [QC, QCFQL, RLPD]
+
+
+def build(cls, **kwargs):
+    defaults = {"offline_dataset": offline_arrays(), "learning_starts": 4, "batch_size": 8, "chunk_size": 3, "seed": 0}
+    defaults["policy_kwargs"] = TINY
+    if cls is not RLPD:
+        defaults.update(offline_gradient_steps=0, flow_steps=2)
+    return cls("MlpPolicy", make_env(), **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize("cls", [QC, QCFQL])
+@pytest.mark.parametrize("fast_paths", [True, False])
+def test_activation_fn_is_every_flow_networks_hidden_activation(cls, fast_paths):
+    th.manual_seed(0)
+    model = build(cls, policy_kwargs={**TINY, "activation_fn": nn.ReLU, "fast_paths": fast_paths})
+    policy = model.policy
+    mlps = [policy.flow.mlp, *([policy.actor.mlp] if cls is QCFQL else [])]
+    for mlp in mlps:
+        x = th.randn(5, mlp.linears[0].in_features)
+        with th.no_grad():  # the no-grad path is the fast one where fast_paths is on
+            got = numpy_of(mlp(x))
+        np.testing.assert_allclose(got, dense_layers(numpy_of(x), *mlp_layers(mlp), relu), rtol=1e-5, atol=1e-6)
+    assert isinstance(policy.critic.net.activation, nn.ReLU) and isinstance(policy.critic_target.net.activation, nn.ReLU)
+    model.learn(6)  # acts and updates through the same networks
+    assert type(build(cls).policy.flow.mlp.activation) is TanhGELU, "the default stays the reference's GELU(tanh)"
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+def test_a_net_arch_dict_without_pi_or_qf_is_refused_as_sb3_does(cls):
+    with pytest.raises(ValueError, match=r"net_arch=.*no 'pi' key"):
+        build(cls, policy_kwargs={"net_arch": {"qf": [32]}})
+    with pytest.raises(ValueError, match=r"net_arch=.*no 'qf' key"):
+        build(cls, policy_kwargs={"net_arch": {"pi": [32]}})
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+def test_an_unknown_policy_kwargs_key_is_named_with_the_accepted_ones(cls):
+    with pytest.raises(TypeError, match=r"unknown key 'share_features_extractor'.*accepted keys: .*net_arch"):
+        build(cls, policy_kwargs={**TINY, "share_features_extractor": False})
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+def test_a_policy_kwargs_key_the_algorithm_sets_is_refused_naming_its_argument(cls):
+    with pytest.raises(ValueError, match=rf"policy_kwargs\['n_critics'\] is set by {cls.__name__}.*n_critics=\.\.\."):
+        build(cls, policy_kwargs={**TINY, "n_critics": 7})
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+def test_replay_buffer_kwargs_optimize_memory_usage_and_unknown_keys_are_refused_by_name(cls):
+    with pytest.raises(ValueError, match="optimize_memory_usage is not supported"):
+        build(cls, replay_buffer_kwargs={"optimize_memory_usage": True})
+    with pytest.raises(ValueError, match=r"replay_buffer_kwargs\['chunk_size'\].*algorithm's chunk_size"):
+        build(cls, replay_buffer_kwargs={"chunk_size": 2})
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['offline_share'\].*offline_fraction"):
+        build(cls, replay_buffer_kwargs={"offline_share": 0.5})
