@@ -1,14 +1,16 @@
 """What an SB3 user passes beyond the algorithm's own arguments: policy_kwargs and replay_buffer_kwargs in SB3's
-idioms (activation_fn, net_arch dicts, unknown keys), refused by name or honored."""
+idioms (activation_fn, net_arch dicts, unknown keys), refused by name or honored; an env already chunked."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
-from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3 import QC, QCFQL, RLPD, ChunkedActionWrapper
 from qc_sb3.common.networks import TanhGELU
 
 from reference_math import dense_layers, mlp_layers, numpy_of, relu
@@ -70,3 +72,19 @@ def test_replay_buffer_kwargs_optimize_memory_usage_and_unknown_keys_are_refused
         build(cls, replay_buffer_kwargs={"chunk_size": 2})
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['offline_share'\].*offline_fraction"):
         build(cls, replay_buffer_kwargs={"offline_share": 0.5})
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+@pytest.mark.parametrize("where", ["gym env", "DummyVecEnv, Monitor outside", "set_env"])
+def test_an_env_already_in_chunked_action_wrapper_is_refused_as_chunks_of_chunks(cls, where):
+    wrapped = ChunkedActionWrapper(make_env(), 4)
+    expected = r"ChunkedActionWrapper\(chunk_size=4\), but .* chunks actions itself \(chunk_size=3\).*3 x 4 = 12 primitive"
+    if where == "set_env":
+        model = build(cls)
+        with pytest.raises(ValueError, match=expected):
+            model.set_env(DummyVecEnv([make_env, lambda: wrapped]))
+        return
+    env = wrapped if where == "gym env" else DummyVecEnv([lambda: Monitor(wrapped)])
+    kwargs = {"learning_starts": 4, "batch_size": 8, "chunk_size": 3, "policy_kwargs": TINY}
+    with pytest.raises(ValueError, match=expected):
+        cls("MlpPolicy", env, **kwargs)

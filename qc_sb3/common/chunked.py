@@ -22,6 +22,7 @@ from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
+from qc_sb3.common.env_checks import refuse_chunked_env
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
 from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
 from qc_sb3.common.model_file import check_model_file
@@ -151,6 +152,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         check_positive_int("offline_gradient_steps", offline_gradient_steps, minimum=0)
         check_positive_int("offline_log_interval", offline_log_interval)
         self.chunk_size = int(chunk_size)
+        if self.env is not None:
+            refuse_chunked_env(self.env, type(self).__name__, self.chunk_size)
         self.action_chunking = action_chunking
         self.offline_dataset = offline_dataset
         self.offline_gradient_steps = offline_gradient_steps
@@ -287,6 +290,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         :param env: The environment for learning a policy
         :param force_reset: Reset the env (and the action queues) before the next ``learn()``
         """
+        refuse_chunked_env(env, type(self).__name__, self.chunk_size)
         super().set_env(env, force_reset)
         if force_reset:
             self._action_queue = None
