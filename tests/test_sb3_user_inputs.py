@@ -1,12 +1,16 @@
 """What an SB3 user passes beyond the algorithm's own arguments: policy_kwargs and replay_buffer_kwargs in SB3's
-idioms (activation_fn, net_arch dicts, unknown keys), refused by name or honored; an env already chunked."""
+idioms (activation_fn, net_arch dicts, unknown keys, action_noise), refused by name or honored; an env already
+chunked."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
@@ -19,12 +23,16 @@ from test_qc import TINY, make_env, offline_arrays
 ALGORITHMS = [QC, QCFQL, RLPD]
 
 
-def build(cls, **kwargs):
+def build_kwargs(cls) -> dict:
     defaults = {"offline_dataset": offline_arrays(), "learning_starts": 4, "batch_size": 8, "chunk_size": 3, "seed": 0}
     defaults["policy_kwargs"] = TINY
     if cls is not RLPD:
         defaults.update(offline_gradient_steps=0, flow_steps=2)
-    return cls("MlpPolicy", make_env(), **{**defaults, **kwargs})
+    return defaults
+
+
+def build(cls, **kwargs):
+    return cls("MlpPolicy", make_env(), **{**build_kwargs(cls), **kwargs})
 
 
 @pytest.mark.parametrize("cls", [QC, QCFQL])
@@ -88,3 +96,55 @@ def test_an_env_already_in_chunked_action_wrapper_is_refused_as_chunks_of_chunks
     kwargs = {"learning_starts": 4, "batch_size": 8, "chunk_size": 3, "policy_kwargs": TINY}
     with pytest.raises(ValueError, match=expected):
         cls("MlpPolicy", env, **kwargs)
+
+
+class ConstantNoise(ActionNoise):
+    """A noise whose every draw is the same vector, so the expected noisy action can be computed by hand."""
+
+    def __init__(self, value: np.ndarray):
+        super().__init__()
+        self.value = value
+
+    def __call__(self) -> np.ndarray:
+        return self.value.copy()
+
+
+class ActionRecorder(gym.Wrapper):
+    """Records every action the env executes."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.executed: list[np.ndarray] = []
+
+    def step(self, action):
+        self.executed.append(np.array(action))
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("cls", ALGORITHMS)
+@pytest.mark.parametrize("given", ["constructor", "attribute"])
+def test_action_noise_is_added_to_each_executed_action_clipped_and_stored(cls, given):
+    noise = ConstantNoise(np.array([0.5, -0.7]))
+    env = ActionRecorder(make_env())
+    kwargs = {"action_noise": noise} if given == "constructor" else {}
+    model = cls("MlpPolicy", env, **{**build_kwargs(cls), "learning_starts": 0, **kwargs})
+    model.set_logger(configure(None, []))
+    if given == "attribute":
+        model.action_noise = noise  # as SB3 users set it
+    policy_actions: list[np.ndarray] = []
+    predict = model.policy.predict
+
+    def recording_predict(*args, **kw):
+        actions, state = predict(*args, **kw)
+        policy_actions.append(actions[0].copy())
+        return actions, state
+
+    model.policy.predict = recording_predict
+    model.learn(8)
+    low, high = env.action_space.low, env.action_space.high
+    # By hand: the policy's action to [-1, 1], plus the noise, clipped, back to the env's scale.
+    scaled = np.clip(2.0 * (np.array(policy_actions) - low) / (high - low) - 1.0 + noise.value, -1.0, 1.0)
+    expected = low + 0.5 * (scaled + 1.0) * (high - low)
+    np.testing.assert_allclose(np.array(env.executed), expected, rtol=1e-5, atol=1e-5)
+    assert (np.abs(scaled) == 1.0).any(), "some noisy actions are clipped at the bounds"
+    np.testing.assert_allclose(model.replay_buffer.actions[:8, 0], scaled, rtol=1e-5, atol=1e-5)

@@ -61,6 +61,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param gamma: Discount factor
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param action_noise: Exploration noise (SB3's ``ActionNoise``): one draw added to each executed primitive action in
+        the [-1, 1] scale, then clipped, as SB3 adds it; the env executes and the buffer stores the noisy action.
+        None by default (the policies are stochastic)
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (docs/algorithms.md §4)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
@@ -100,6 +103,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = 1,
+        action_noise: ActionNoise | None = None,
         chunk_size: int = 5,
         action_chunking: bool = True,
         offline_dataset: Any = None,
@@ -134,6 +138,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            action_noise=action_noise,
             replay_buffer_class=replay_buffer_class,
             replay_buffer_kwargs=replay_buffer_kwargs,
             policy_kwargs=policy_kwargs,
@@ -326,8 +331,13 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         """
         Act with the policy from the first online step (docs/algorithms.md §5: no random warm-up), popping each env's queue.
 
+        With ``action_noise`` (SB3's, per env for a VecEnv), each executed primitive action gets one draw of it, as
+        SB3 adds it: in the buffer's [-1, 1] scale, then clipped to it, so the env executes and the buffer stores
+        the same noisy action. The queued chunk itself is not changed: the noise is drawn per primitive step, of
+        the primitive action's shape (an Ornstein-Uhlenbeck noise is correlated over primitive steps).
+
         :param learning_starts: Unused: it gates updates only
-        :param action_noise: Not supported (the policies are stochastic)
+        :param action_noise: Exploration noise, or None
         :param n_envs: Number of envs
         :return: Actions in the env's scale, and the same in the buffer's [-1, 1] scale
         """
@@ -339,7 +349,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             state=self._action_queue,
             episode_start=fresh_start,
         )
-        return actions, self.policy.scale_action(actions)
+        buffer_actions = self.policy.scale_action(actions)
+        if action_noise is not None:
+            buffer_actions = np.clip(buffer_actions + action_noise(), -1.0, 1.0)
+            actions = self.policy.unscale_action(buffer_actions)
+        return actions, buffer_actions
 
     def _store_transition(
         self,

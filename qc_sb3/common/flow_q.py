@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch import nn
 
@@ -147,6 +148,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = 1,
+        action_noise: ActionNoise | None = None,
         chunk_size: int = 5,
         action_chunking: bool = True,
         flow_steps: int = 10,
@@ -184,6 +186,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            action_noise=action_noise,
             chunk_size=chunk_size,
             action_chunking=action_chunking,
             offline_dataset=offline_dataset,
