@@ -1,13 +1,16 @@
 """What an SB3 user passes beyond the algorithm's own arguments: policy_kwargs and replay_buffer_kwargs in SB3's
 idioms (activation_fn, net_arch dicts, unknown keys, action_noise), refused by name or honored; an env already
-chunked."""
+chunked, and observations that change shape mid-episode."""
 
 from __future__ import annotations
+
+import re
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.noise import ActionNoise
@@ -15,10 +18,11 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
 from qc_sb3 import QC, QCFQL, RLPD, ChunkedActionWrapper
+from qc_sb3.common.env_checks import check_observation_batch
 from qc_sb3.common.networks import TanhGELU
 
 from reference_math import dense_layers, mlp_layers, numpy_of, relu
-from test_qc import TINY, make_env, offline_arrays
+from test_qc import OBS_DIM, TINY, make_env, offline_arrays
 
 ALGORITHMS = [QC, QCFQL, RLPD]
 
@@ -148,3 +152,46 @@ def test_action_noise_is_added_to_each_executed_action_clipped_and_stored(cls, g
     np.testing.assert_allclose(np.array(env.executed), expected, rtol=1e-5, atol=1e-5)
     assert (np.abs(scaled) == 1.0).any(), "some noisy actions are clipped at the bounds"
     np.testing.assert_allclose(model.replay_buffer.actions[:8, 0], scaled, rtol=1e-5, atol=1e-5)
+
+
+class ShapeShiftingEnv(gym.Env):
+    """A (3,) observation space whose env returns ``shape`` observations from its step ``at`` (1-based) on."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+    action_space = make_env().action_space
+
+    def __init__(self, shape: tuple[int, ...], at: int = 4):
+        self.shape, self.at, self.t = shape, at, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(OBS_DIM, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        observation = np.ones(self.shape if self.t >= self.at else OBS_DIM, np.float32)
+        return observation, 0.0, False, self.t >= 12, {}
+
+
+@pytest.mark.parametrize("shape", [(1,), (4,), ()])
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_an_observation_changing_shape_mid_episode_is_refused_naming_the_step_and_the_env(shape, vectorized):
+    env = DummyVecEnv([make_env, lambda: ShapeShiftingEnv(shape)]) if vectorized else ShapeShiftingEnv(shape)
+    model = QC("MlpPolicy", env, **{**build_kwargs(QC), "learning_starts": 100})
+    model.set_logger(configure(None, []))
+    env_index = 1 if vectorized else 0
+    expected = rf"env {env_index} returned an observation of shape {re.escape(str(shape))} at step 4 of its episode"
+    with pytest.raises(ValueError, match=expected + r".*expected \(3,\)"):
+        model.learn(10)
+    # Nothing of the bad step was stored: the 3 good steps of each env only.
+    assert model.replay_buffer.pos == 3
+
+
+def test_a_vec_env_step_or_terminal_observation_of_another_shape_is_refused_before_it_is_stored():
+    good, dones = np.zeros((2, OBS_DIM)), np.array([False, True])
+    with pytest.raises(ValueError, match=r"observations of shape \(2, 1\) at env step 7 .*expected \(2, 3\)"):
+        check_observation_batch(np.zeros((2, 1)), [{}, {}], dones, (OBS_DIM,), 7)
+    infos = [{}, {"terminal_observation": np.zeros(4)}]
+    with pytest.raises(ValueError, match=r"env 1 returned a terminal observation of shape \(4,\) at env step 7"):
+        check_observation_batch(good, infos, dones, (OBS_DIM,), 7)
+    check_observation_batch(good, [{}, {"terminal_observation": np.zeros(OBS_DIM)}], dones, (OBS_DIM,), 7)

@@ -22,7 +22,7 @@ from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
-from qc_sb3.common.env_checks import refuse_chunked_env
+from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env, with_observation_checks
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
 from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
 from qc_sb3.common.model_file import check_model_file
@@ -178,7 +178,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        wrapped = OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+        wrapped = OffPolicyAlgorithm._wrap_env(with_observation_checks(env), verbose, monitor_wrapper)
         if isinstance(wrapped.observation_space, spaces.Dict):
             raise ValueError(
                 f"dict observation spaces are not supported, got {wrapped.observation_space}: flatten it with "
@@ -369,6 +369,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         if self._vec_normalize_env is not None:
             stored_obs = self._vec_normalize_env.get_original_obs()
             stored_reward = self._vec_normalize_env.get_original_reward()
+        check_observation_batch(stored_obs, infos, dones, self.observation_space.shape, self.num_timesteps)  # type: ignore[arg-type]
         check_env_outputs_finite(np.asarray(stored_obs), "observation", self.num_timesteps)
         check_env_outputs_finite(np.asarray(stored_reward), "reward", self.num_timesteps)
         for env_index, (done, info) in enumerate(zip(dones, infos, strict=True)):
