@@ -331,10 +331,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         """
         Act with the policy from the first online step (docs/algorithms.md §5: no random warm-up), popping each env's queue.
 
-        With ``action_noise`` (SB3's, per env for a VecEnv), each executed primitive action gets one draw of it, as
-        SB3 adds it: in the buffer's [-1, 1] scale, then clipped to it, so the env executes and the buffer stores
-        the same noisy action. The queued chunk itself is not changed: the noise is drawn per primitive step, of
-        the primitive action's shape (an Ornstein-Uhlenbeck noise is correlated over primitive steps).
+        ``action_noise``: one draw per executed primitive action, added in the [-1, 1] scale and clipped, as SB3
+        adds it (executed and stored alike); the queued chunk is not changed.
 
         :param learning_starts: Unused: it gates updates only
         :param action_noise: Exploration noise, or None

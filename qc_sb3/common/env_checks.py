@@ -60,7 +60,8 @@ class ObservationShapeCheck(gym.Wrapper):
         """Reset the env and check its first observation."""
         observation, info = self.env.reset(seed=seed, options=options)
         self.episode_steps = 0
-        self._check(observation, "at a reset")
+        if np.shape(observation) != self.observation_space.shape:
+            self._refuse(observation, "at a reset")
         return observation, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -68,20 +69,19 @@ class ObservationShapeCheck(gym.Wrapper):
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.steps_since_wrapped += 1
         self.episode_steps += 1
-        self._check(
-            observation,
-            f"at step {self.episode_steps} of its episode ({self.steps_since_wrapped} steps since the algorithm got it)",
-        )
+        if np.shape(observation) != self.observation_space.shape:
+            steps = f"{self.steps_since_wrapped} steps since the algorithm got it"
+            self._refuse(observation, f"at step {self.episode_steps} of its episode ({steps})")
         return observation, reward, terminated, truncated, info
 
-    def _check(self, observation: Any, when: str) -> None:
-        expected = self.observation_space.shape
-        if np.shape(observation) != expected:
-            raise ValueError(
-                f"env {self.env_index} returned an observation of shape {np.shape(observation)} {when}, expected "
-                f"{expected}, the shape of its observation space {self.observation_space}: an observation must keep "
-                "the space's shape at every step (a VecEnv would broadcast it into its buffer, or fail to copy it)"
-            )
+    def _refuse(self, observation: Any, when: str) -> None:
+        """Raise the error for an observation of another shape than the space's."""
+        raise ValueError(
+            f"env {self.env_index} returned an observation of shape {np.shape(observation)} {when}, expected "
+            f"{self.observation_space.shape}, the shape of its observation space {self.observation_space}: an "
+            "observation must keep the space's shape at every step (a VecEnv would broadcast it into its buffer, or "
+            "fail to copy it)"
+        )
 
 
 def with_observation_checks(env: gym.Env | VecEnv) -> gym.Env | VecEnv:
