@@ -134,7 +134,8 @@ def test_net_arch_follows_sb3(name: str) -> None:
 
     assert first_widths(make_model(name, net_arch=dict(pi=[6], qf=[10])).policy) == (6, 10)
     assert first_widths(make_model(name, net_arch=[7]).policy) == (7, 7)
-    assert make_model(name, net_arch=dict(pi=[6])).policy.critic_hidden_dims == [512] * 4  # the reference's default
+    with pytest.raises(ValueError, match="no 'qf' key"):  # refused as SB3 refuses it, not filled in with 4 x 512
+        make_model(name, net_arch=dict(pi=[6]))
     policy_kwargs = {"features_extractor_class": LinearExtractor}
     cls, kwargs, _ = ALGORITHMS[name]
     env = gym.wrappers.TimeLimit(NoisyEnv(), 10)

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from stable_baselines3.common.callbacks import EvalCallback, EveryNTimesteps
 from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -15,6 +16,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from qc_sb3 import QC
 from qc_sb3.common.evaluation import SuccessEvalCallback, evaluate_success
 
+from test_qc import make_env as make_drift_env
+from test_qc import make_model as make_qc_model
 from toy_tasks import PointReachEnv
 
 
@@ -200,3 +203,36 @@ def test_callback_evaluates_and_logs_every_eval_freq_env_steps(
     # A continued run (to step 65) resumes the schedule: the first steps at or past 50 and 60 (n_envs = 3: 48, 51, ...).
     model.learn(total_timesteps=20, callback=callback, reset_num_timesteps=False)
     assert [entry["step"] for entry in callback.history] == eval_steps + continued_eval_steps
+
+
+def test_callback_evaluates_on_env_steps_online_and_on_offline_steps_offline_at_distinct_x():
+    model = make_qc_model(QC, offline_gradient_steps=25)
+    writer = RecordingWriter()
+    model.set_logger(Logger(folder=None, output_formats=[writer]))
+    callback = SuccessEvalCallback(Monitor(make_drift_env()), eval_freq=10, n_eval_episodes=1, offline_eval_freq=10)
+    model.learn(total_timesteps=30, callback=callback)
+    # Offline: at offline gradient steps 10 and 20 (env step 0); online: at env steps 10, 20, 30, offline steps not counted.
+    assert [(entry["step"], entry.get("offline_step")) for entry in callback.history] == [
+        (0, 10),
+        (0, 20),
+        (10, None),
+        (20, None),
+        (30, None),
+    ]
+    assert [step for step, values in writer.dumps if "offline_eval/success" in values] == [10, 20]
+    assert [step for step, values in writer.dumps if "eval/success" in values] == [10, 20, 30]
+    with pytest.raises(ValueError, match="offline_eval_freq"):
+        SuccessEvalCallback(ScriptedEpisodeEnv(), eval_freq=1, offline_eval_freq=0)
+
+
+def test_sb3_eval_callback_counts_offline_steps_and_every_n_timesteps_follows_env_steps(tmp_path):
+    # The documented shift: EvalCallback's eval_freq counts on_step calls, offline gradient steps included.
+    model = make_qc_model(QC, offline_gradient_steps=25)
+    shifted = EvalCallback(Monitor(make_drift_env()), eval_freq=10, n_eval_episodes=1, log_path=str(tmp_path), verbose=0)
+    model.learn(total_timesteps=30, callback=shifted)
+    assert shifted.evaluations_timesteps == [0, 0, 5, 15, 25]  # calls 10, 20 offline; 30, 40, 50 = env steps 5, 15, 25
+    # The documented remedy: SB3's EveryNTimesteps triggers on num_timesteps, which offline steps leave at 0.
+    model = make_qc_model(QC, offline_gradient_steps=25)
+    on_env_steps = EvalCallback(Monitor(make_drift_env()), eval_freq=1, n_eval_episodes=1, log_path=str(tmp_path), verbose=0)
+    model.learn(total_timesteps=30, callback=EveryNTimesteps(n_steps=10, callback=on_env_steps))
+    assert on_env_steps.evaluations_timesteps == [10, 20, 30]

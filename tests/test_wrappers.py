@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sb3_contrib import TQC, CrossQ
-from stable_baselines3 import SAC, TD3
+from stable_baselines3 import A2C, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from stable_baselines3.common.env_util import make_vec_env
@@ -567,3 +567,22 @@ def test_sac_on_the_wrapper_warns_without_the_chunk_buffer_or_with_another_gamma
         assert not found
     else:
         assert len(found) == 2 and all(pattern in message for message in found), found  # once per wrapper
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "algorithm_gamma", "warned"),
+    [(PPO, 0.9, True), (A2C, 0.9, True), (PPO, 0.9**3, False), (A2C, 0.9**3, False)],
+)
+def test_an_on_policy_algorithm_on_the_wrapper_is_told_to_set_gamma_to_the_power_h(algorithm, algorithm_gamma, warned):
+    venv = DummyVecEnv([lambda: ChunkedActionWrapper(Monitor(TimeLimit(CounterEnv(terminate_at=7), 100)), 3, 0.9)])
+    kwargs = {"n_steps": 4, "batch_size": 4} if algorithm is PPO else {"n_steps": 4}
+    model = algorithm("MlpPolicy", venv, gamma=algorithm_gamma, policy_kwargs={"net_arch": [8]}, seed=0, **kwargs)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        model.learn(total_timesteps=4)
+    found = messages(record, "ChunkedActionWrapper")
+    if not warned:
+        assert not found
+    else:
+        # 0.9 ** 3 = 0.729: the per-macro-step gamma that discounts at 0.9 per primitive step.
+        assert len(found) == 1 and f"set {algorithm.__name__}(gamma=0.9**3=0.729)" in found[0], found

@@ -25,17 +25,21 @@ from qc_sb3.common.networks import MLP, EnsembleMLP, FlowVectorField, TanhGELU, 
 
 
 def fast_gelu_tanh(x: th.Tensor) -> th.Tensor:
-    """GELU(tanh) as :func:`~qc_sb3.common.networks.gelu_tanh`; compiled code on CPU traces it as a sigmoid."""
+    """GELU(tanh) as :class:`~qc_sb3.common.networks.TanhGELU`; compiled code on CPU traces it as a sigmoid."""
     if th.compiler.is_compiling() and x.device.type == "cpu":
         return traced_gelu_tanh(x)
     return F.gelu(x, approximate="tanh")
 
 
 class FastMLP(MLP):
-    """:class:`~qc_sb3.common.networks.MLP` with the fused and in-place CPU paths and oneDNN Linear layers."""
+    """
+    :class:`~qc_sb3.common.networks.MLP` with oneDNN Linear layers, and the fused and in-place CPU paths when its
+    activation is the reference's GELU(tanh).
+    """
 
     def _path(self, x: th.Tensor) -> InferencePath:
-        return inference_path(x, len(self.linears) - 1, True, self.norms is not None, ensemble=False)
+        gelu = isinstance(self.activation, TanhGELU)
+        return inference_path(x, len(self.linears) - 1, gelu, self.norms is not None, ensemble=False)
 
     def forward(self, x: th.Tensor) -> th.Tensor:
         h = x.reshape(-1, x.shape[-1])
@@ -49,9 +53,10 @@ class FastMLP(MLP):
     def forward_from_first_layer(self, pre: th.Tensor) -> th.Tensor:
         if self._path(pre) != "plain":
             return fast_inference.in_place_mlp_from_first_layer(self, pre)
+        activation = fast_gelu_tanh if isinstance(self.activation, TanhGELU) else self.activation
         h = pre
         for i, layer in enumerate(self.linears[1:]):
-            h = fast_gelu_tanh(h)
+            h = activation(h)
             if self.norms is not None:
                 h = layer_norm(h, self.norms[i].weight, self.norms[i].bias)
             h = linear(h, layer.weight, layer.bias)

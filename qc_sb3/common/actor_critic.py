@@ -39,7 +39,7 @@ def hidden_dims_of(net_arch: list[int] | dict[str, list[int]] | None) -> tuple[l
     """
     The actor-side and critic hidden layer sizes, by SB3's ``get_actor_critic_arch``.
 
-    :param net_arch: One list for all networks, or ``dict(pi=[...], qf=[...])`` as in SB3 (a missing key: 4 x 512);
+    :param net_arch: One list for all networks, or ``dict(pi=[...], qf=[...])`` as in SB3 (both keys needed);
         None: 4 x 512 (the reference)
     :return: (actor hidden dims, critic hidden dims)
     """
@@ -49,7 +49,12 @@ def hidden_dims_of(net_arch: list[int] | dict[str, list[int]] | None) -> tuple[l
         unknown = set(net_arch) - {"pi", "qf"}
         if unknown:
             raise ValueError(f"net_arch keys must be 'pi' and 'qf', got unknown {sorted(unknown)}")
-        net_arch = {"pi": DEFAULT_HIDDEN_DIMS, "qf": DEFAULT_HIDDEN_DIMS, **net_arch}
+        missing = [key for key in ("pi", "qf") if key not in net_arch]
+        if missing:
+            raise ValueError(
+                f"net_arch={net_arch!r} has no {' and no '.join(repr(key) for key in missing)} key: a dict needs "
+                "both, dict(pi=[...], qf=[...]), as SB3 requires (or give one list for every network)"
+            )
     actor_dims, critic_dims = get_actor_critic_arch(net_arch)
     return list(actor_dims), list(critic_dims)
 

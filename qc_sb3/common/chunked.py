@@ -22,7 +22,9 @@ from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
+from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env, with_observation_checks
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
+from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
 from qc_sb3.common.model_file import check_model_file
 from qc_sb3.common.offline_phase import OfflinePhaseMixin
 from qc_sb3.common.offline_source import offline_source_record
@@ -59,6 +61,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
     :param gamma: Discount factor
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param action_noise: Exploration noise (SB3's ``ActionNoise``): one draw added to each executed primitive action in
+        the [-1, 1] scale, then clipped, as SB3 adds it; the env executes and the buffer stores the noisy action.
+        None by default (the policies are stochastic)
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (docs/algorithms.md §4)
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
@@ -98,6 +103,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = 1,
+        action_noise: ActionNoise | None = None,
         chunk_size: int = 5,
         action_chunking: bool = True,
         offline_dataset: Any = None,
@@ -132,6 +138,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            action_noise=action_noise,
             replay_buffer_class=replay_buffer_class,
             replay_buffer_kwargs=replay_buffer_kwargs,
             policy_kwargs=policy_kwargs,
@@ -144,10 +151,14 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             sde_support=False,
             supported_action_spaces=supported_action_spaces,
         )
+        check_replay_buffer_kwargs(replay_buffer_class, self.replay_buffer_kwargs)
+        check_policy_kwargs(type(self), ChunkedOffPolicyAlgorithm, self.policy_class, self.policy_kwargs)
         check_positive_int("chunk_size", chunk_size)
         check_positive_int("offline_gradient_steps", offline_gradient_steps, minimum=0)
         check_positive_int("offline_log_interval", offline_log_interval)
         self.chunk_size = int(chunk_size)
+        if self.env is not None:
+            refuse_chunked_env(self.env, type(self).__name__, self.chunk_size)
         self.action_chunking = action_chunking
         self.offline_dataset = offline_dataset
         self.offline_gradient_steps = offline_gradient_steps
@@ -167,7 +178,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        wrapped = OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+        wrapped = OffPolicyAlgorithm._wrap_env(with_observation_checks(env), verbose, monitor_wrapper)
         if isinstance(wrapped.observation_space, spaces.Dict):
             raise ValueError(
                 f"dict observation spaces are not supported, got {wrapped.observation_space}: flatten it with "
@@ -284,6 +295,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         :param env: The environment for learning a policy
         :param force_reset: Reset the env (and the action queues) before the next ``learn()``
         """
+        refuse_chunked_env(env, type(self).__name__, self.chunk_size)
         super().set_env(env, force_reset)
         if force_reset:
             self._action_queue = None
@@ -319,8 +331,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         """
         Act with the policy from the first online step (docs/algorithms.md §5: no random warm-up), popping each env's queue.
 
+        ``action_noise``: one draw per executed primitive action, added in the [-1, 1] scale and clipped, as SB3
+        adds it (executed and stored alike); the queued chunk is not changed.
+
         :param learning_starts: Unused: it gates updates only
-        :param action_noise: Not supported (the policies are stochastic)
+        :param action_noise: Exploration noise, or None
         :param n_envs: Number of envs
         :return: Actions in the env's scale, and the same in the buffer's [-1, 1] scale
         """
@@ -332,7 +347,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
             state=self._action_queue,
             episode_start=fresh_start,
         )
-        return actions, self.policy.scale_action(actions)
+        buffer_actions = self.policy.scale_action(actions)
+        if action_noise is not None:
+            buffer_actions = np.clip(buffer_actions + action_noise(), -1.0, 1.0)
+            actions = self.policy.unscale_action(buffer_actions)
+        return actions, buffer_actions
 
     def _store_transition(
         self,
@@ -348,6 +367,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         if self._vec_normalize_env is not None:
             stored_obs = self._vec_normalize_env.get_original_obs()
             stored_reward = self._vec_normalize_env.get_original_reward()
+        check_observation_batch(stored_obs, infos, dones, self.observation_space.shape, self.num_timesteps)  # type: ignore[arg-type]
         check_env_outputs_finite(np.asarray(stored_obs), "observation", self.num_timesteps)
         check_env_outputs_finite(np.asarray(stored_reward), "reward", self.num_timesteps)
         for env_index, (done, info) in enumerate(zip(dones, infos, strict=True)):

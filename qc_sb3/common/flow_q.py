@@ -7,13 +7,15 @@ from typing import Any, ClassVar
 
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from torch import nn
 
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.losses import Q_AGGREGATIONS, chunked_td_target, critic_loss, flow_matching_loss
-from qc_sb3.common.networks import CriticEnsemble, FlowVectorField
+from qc_sb3.common.networks import CriticEnsemble, FlowVectorField, TanhGELU
 
 
 class FlowQPolicy(ActorCriticChunkPolicy):
@@ -30,6 +32,8 @@ class FlowQPolicy(ActorCriticChunkPolicy):
     :param q_agg: Ensemble aggregation, "mean" or "min"
     :param critic_layer_norm: LayerNorm after each hidden activation of the critic
     :param actor_layer_norm: LayerNorm after each hidden activation of the flow (and one-step actor)
+    :param activation_fn: Activation of every network's hidden layers (the flow, the critics, the one-step actor),
+        as SB3's ``activation_fn``; the reference's GELU(tanh) by default, which alone takes the fused CPU paths
     :param kwargs: The parameters of :class:`~qc_sb3.common.actor_critic.ActorCriticChunkPolicy` (``net_arch``,
         ``chunk_size``, ``action_chunking``, ``n_critics``, features extractor, optimizer)
     """
@@ -46,6 +50,7 @@ class FlowQPolicy(ActorCriticChunkPolicy):
         q_agg: str = "mean",
         critic_layer_norm: bool = True,
         actor_layer_norm: bool = False,
+        activation_fn: type[nn.Module] = TanhGELU,
         **kwargs: Any,
     ):
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
@@ -55,18 +60,28 @@ class FlowQPolicy(ActorCriticChunkPolicy):
         self.q_agg = q_agg
         self.critic_layer_norm = critic_layer_norm
         self.actor_layer_norm = actor_layer_norm
+        self.activation_fn = activation_fn
         self._build(lr_schedule)
 
     def _build_networks(self) -> None:
         self.flow = FlowVectorField(
-            self.features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=self.actor_layer_norm
+            self.features_dim,
+            self.flat_action_dim,
+            self.actor_hidden_dims,
+            layer_norm=self.actor_layer_norm,
+            activation_fn=self.activation_fn,
         )
         self.critic = self._make_critic()
         self.critic_target = self._make_critic()
 
     def _make_critic(self) -> CriticEnsemble:
         return CriticEnsemble(
-            self.features_dim, self.flat_action_dim, self.critic_hidden_dims, self.n_critics, layer_norm=self.critic_layer_norm
+            self.features_dim,
+            self.flat_action_dim,
+            self.critic_hidden_dims,
+            self.n_critics,
+            layer_norm=self.critic_layer_norm,
+            activation_fn=self.activation_fn,
         )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -76,6 +91,7 @@ class FlowQPolicy(ActorCriticChunkPolicy):
             q_agg=self.q_agg,
             critic_layer_norm=self.critic_layer_norm,
             actor_layer_norm=self.actor_layer_norm,
+            activation_fn=self.activation_fn,
         )
         return data
 
@@ -132,6 +148,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = 1,
+        action_noise: ActionNoise | None = None,
         chunk_size: int = 5,
         action_chunking: bool = True,
         flow_steps: int = 10,
@@ -169,6 +186,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            action_noise=action_noise,
             chunk_size=chunk_size,
             action_chunking=action_chunking,
             offline_dataset=offline_dataset,

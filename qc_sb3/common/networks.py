@@ -14,11 +14,6 @@ from torch import nn
 LAYER_NORM_EPS = 1e-6
 
 
-def gelu_tanh(x: th.Tensor) -> th.Tensor:
-    """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2)."""
-    return F.gelu(x, approximate="tanh")
-
-
 class TanhGELU(nn.GELU):
     """GELU with the tanh approximation, the reference's activation (docs/algorithms.md §2)."""
 
@@ -59,10 +54,19 @@ class MLP(nn.Module):
     :param hidden_dims: Width of each hidden layer (empty: a single Linear layer)
     :param output_dim: Size of the output
     :param layer_norm: Whether to apply LayerNorm after each hidden activation
+    :param activation_fn: Activation of the hidden layers (the reference's GELU(tanh) by default)
     """
 
-    def __init__(self, input_dim: int, hidden_dims: Sequence[int], output_dim: int, layer_norm: bool = False):
+    def __init__(
+        self,
+        input_dim: int,
+        hidden_dims: Sequence[int],
+        output_dim: int,
+        layer_norm: bool = False,
+        activation_fn: type[nn.Module] = TanhGELU,
+    ):
         super().__init__()
+        self.activation = activation_fn()
         dims = [input_dim, *hidden_dims, output_dim]
         self.linears = nn.ModuleList(nn.Linear(d_in, d_out) for d_in, d_out in itertools.pairwise(dims))
         self.norms = nn.ModuleList(nn.LayerNorm(d, eps=LAYER_NORM_EPS) for d in hidden_dims) if layer_norm else None
@@ -86,7 +90,7 @@ class MLP(nn.Module):
         """
         h = pre
         for i, linear in enumerate(self.linears[1:]):
-            h = gelu_tanh(h)
+            h = self.activation(h)
             if self.norms is not None:
                 h = self.norms[i](h)
             h = linear(h)
@@ -182,6 +186,7 @@ class CriticEnsemble(nn.Module):
     :param hidden_dims: Width of each hidden layer
     :param n_critics: Number of ensemble members K
     :param layer_norm: Whether to apply LayerNorm after each hidden activation
+    :param activation_fn: Activation of the hidden layers (the reference's GELU(tanh) by default)
     """
 
     def __init__(
@@ -191,10 +196,13 @@ class CriticEnsemble(nn.Module):
         hidden_dims: Sequence[int] = (512, 512, 512, 512),
         n_critics: int = 2,
         layer_norm: bool = True,
+        activation_fn: type[nn.Module] = TanhGELU,
     ):
         super().__init__()
         self.n_critics = n_critics
-        self.net = EnsembleMLP(n_critics, observation_dim + action_dim, hidden_dims, 1, layer_norm=layer_norm)
+        self.net = EnsembleMLP(
+            n_critics, observation_dim + action_dim, hidden_dims, 1, layer_norm=layer_norm, activation_fn=activation_fn
+        )
 
     def forward(self, observations: th.Tensor, actions: th.Tensor, frozen: bool = False) -> th.Tensor:
         """
@@ -214,6 +222,7 @@ class FlowVectorField(nn.Module):
     :param action_dim: Size of the (flat) action x and of the velocity
     :param hidden_dims: Width of each hidden layer
     :param layer_norm: Whether to apply LayerNorm after each hidden activation (the reference uses none)
+    :param activation_fn: Activation of the hidden layers (the reference's GELU(tanh) by default)
     """
 
     def __init__(
@@ -222,11 +231,14 @@ class FlowVectorField(nn.Module):
         action_dim: int,
         hidden_dims: Sequence[int] = (512, 512, 512, 512),
         layer_norm: bool = False,
+        activation_fn: type[nn.Module] = TanhGELU,
     ):
         super().__init__()
         self.observation_dim = observation_dim
         self.action_dim = action_dim
-        self.mlp = MLP(observation_dim + action_dim + 1, hidden_dims, action_dim, layer_norm=layer_norm)
+        self.mlp = MLP(
+            observation_dim + action_dim + 1, hidden_dims, action_dim, layer_norm=layer_norm, activation_fn=activation_fn
+        )
 
     def forward(self, observations: th.Tensor, x: th.Tensor, t: th.Tensor) -> th.Tensor:
         """
@@ -289,6 +301,7 @@ class OneStepActor(nn.Module):
     :param action_dim: Size of the (flat) action and of the noise z
     :param hidden_dims: Width of each hidden layer
     :param layer_norm: Whether to apply LayerNorm after each hidden activation (the reference uses none)
+    :param activation_fn: Activation of the hidden layers (the reference's GELU(tanh) by default)
     """
 
     def __init__(
@@ -297,9 +310,12 @@ class OneStepActor(nn.Module):
         action_dim: int,
         hidden_dims: Sequence[int] = (512, 512, 512, 512),
         layer_norm: bool = False,
+        activation_fn: type[nn.Module] = TanhGELU,
     ):
         super().__init__()
-        self.mlp = MLP(observation_dim + action_dim, hidden_dims, action_dim, layer_norm=layer_norm)
+        self.mlp = MLP(
+            observation_dim + action_dim, hidden_dims, action_dim, layer_norm=layer_norm, activation_fn=activation_fn
+        )
 
     def forward(self, observations: th.Tensor, noise: th.Tensor) -> th.Tensor:
         """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any, TypeVar
 
@@ -26,6 +27,8 @@ from qc_sb3.common.offline_transitions import (
 )
 
 SelfOfflinePhaseMixin = TypeVar("SelfOfflinePhaseMixin", bound="OfflinePhaseMixin")
+# Offline gradient steps timed (after the first, which pays one-off costs) before the first estimate of the time left.
+ETA_STEPS = 10
 
 
 class OfflinePhaseMixin(GradientUpdateMixin):
@@ -203,7 +206,8 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         progress = _progress_bar(n_steps) if progress_bar else None
         step_losses: list[dict[str, th.Tensor]] = []
         continue_training = True
-        for _ in range(n_steps):
+        first_step_end, step = 0.0, 0
+        for step in range(1, n_steps + 1):
             self._use_shard_of_step(self.offline_steps_done + 1)
             # A callback may have evaluated the policy (eval mode) since the last step.
             policy.set_training_mode(True)
@@ -212,6 +216,10 @@ class OfflinePhaseMixin(GradientUpdateMixin):
             self.offline_steps_done += 1
             if progress is not None:
                 progress.update(1)
+            if step == 1:
+                first_step_end = time.perf_counter()
+            elif step == 1 + ETA_STEPS or self.offline_steps_done % self.offline_log_interval == 0:
+                self._record_time_left((time.perf_counter() - first_step_end) / (step - 1), n_steps - step, step)
             if self.offline_steps_done % self.offline_log_interval == 0:
                 self._dump_offline_logs(step_losses)
                 step_losses = []
@@ -220,10 +228,31 @@ class OfflinePhaseMixin(GradientUpdateMixin):
                 continue_training = False
                 break
         if step_losses:
+            if step > 1:
+                self._record_time_left((time.perf_counter() - first_step_end) / (step - 1), n_steps - step, step)
             self._dump_offline_logs(step_losses)
         if progress is not None:
             progress.close()
         return continue_training
+
+    def _record_time_left(self, seconds_per_step: float, steps_left: int, steps_timed: int) -> None:
+        """
+        Record ``time/offline_eta_s``, the estimated seconds left of the offline steps under way (logged at the next
+        dump, beside ``offline/*``, which holds training statistics), and at the first estimate, with ``verbose >= 1``,
+        say it in an info line.
+
+        :param seconds_per_step: Mean wall time of the gradient steps timed so far (callbacks included)
+        :param steps_left: Gradient steps still to run in this call
+        :param steps_timed: Gradient steps run so far in this call
+        """
+        eta = seconds_per_step * steps_left
+        self.logger.record("time/offline_eta_s", eta)
+        if steps_timed == 1 + ETA_STEPS and self.verbose >= 1:
+            self.logger.info(
+                f"offline phase: {seconds_per_step:.3g} s per gradient step over its first steps, about "
+                f"{eta / 3600:.3g} h for the {steps_left} left (offline_gradient_steps, net_arch and the algorithm's "
+                "sampling sizes set this: see the speed options guide, 'Sizes for a laptop')"
+            )
 
     def _dump_offline_logs(self, step_losses: list[dict[str, th.Tensor]]) -> None:
         """Log the offline losses averaged over their gradient steps, at x = ``offline_steps_done``."""
@@ -289,9 +318,11 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         :param tb_log_name: Name of the run for tensorboard logging
         :param reset_num_timesteps: Whether to reset ``num_timesteps`` (the offline phase always continues from
             ``offline_steps_done``)
-        :param progress_bar: Display a progress bar over the offline gradient steps, then SB3's over the env steps
+        :param progress_bar: Display a progress bar over the offline gradient steps (with their time left), then SB3's over
+            the env steps
         :return: the trained model
         """
+        self._warn_if_no_online_update(total_timesteps, reset_num_timesteps)
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -332,6 +363,26 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         self._read_train_losses()
         callback.on_training_end()
         return self
+
+
+    def _warn_if_no_online_update(self, total_timesteps: int, reset_num_timesteps: bool) -> None:
+        """
+        Warn, before any work, when the online steps of a ``learn()`` call all fall within ``learning_starts``:
+        updates start only after them, so the online phase would only collect data.
+
+        :param total_timesteps: ``learn()``'s online env steps
+        :param reset_num_timesteps: Whether ``learn()`` counts them from 0 (else from ``num_timesteps``)
+        """
+        start = 0 if reset_num_timesteps else self.num_timesteps
+        end = start + total_timesteps
+        if start < end <= self.learning_starts and self.gradient_steps != 0:
+            warnings.warn(
+                f"learning_starts={self.learning_starts} but this learn() runs the env to step {end} "
+                f"({total_timesteps} online steps): no online update will happen, the online phase only collects data. "
+                f"Lower learning_starts, or learn() for more than {self.learning_starts - start} online steps",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def _progress_bar(total: int) -> Any:

@@ -1,5 +1,6 @@
 """ChunkedActionWrapper: any Gymnasium env with a Box action space -> a macro-action env over chunks of h actions."""
 
+import math
 import sys
 import time
 import warnings
@@ -9,7 +10,9 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 
@@ -47,8 +50,12 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``gamma ** chunk_steps``, and the algorithm's own ``gamma`` is then unused. The wrapper cannot see the
     algorithm that drives it, but SB3 resets the env inside ``learn()``: at a reset, the wrapper looks up the call
     stack for an SB3 ``OffPolicyAlgorithm`` and warns once if its replay buffer is not a
-    ``ChunkDiscountReplayBuffer`` or its ``gamma`` differs from the wrapper's. The check runs where the env steps
-    in the learner's process (a ``DummyVecEnv``), not inside ``SubprocVecEnv`` workers.
+    ``ChunkDiscountReplayBuffer`` or its ``gamma`` differs from the wrapper's. An on-policy algorithm (PPO, A2C)
+    discounts per macro step: its ``gamma`` (and GAE's ``gae_lambda``) applies once per chunk, so the same value
+    gives a horizon ``chunk_size`` times longer in primitive steps; set ``gamma = wrapper_gamma ** chunk_size``
+    (``0.99 ** 5 = 0.951``), and the wrapper warns once, at the same reset, if the algorithm's differs. The checks
+    run where the env steps in the learner's process (a ``DummyVecEnv``), not inside ``SubprocVecEnv`` workers.
+    The chunked algorithms of this library (QC, QC-FQL, RLPD) chunk actions themselves and refuse this wrapper.
 
     :param env: Environment to wrap; its action space must be a ``gymnasium.spaces.Box``
     :param chunk_size: Number of primitive actions per macro-action (h >= 1)
@@ -159,8 +166,12 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._warned_episode_replaced = True
 
     def _check_driving_algorithm(self) -> None:
-        """Warn if the SB3 off-policy algorithm resetting this env ignores the chunk discount (see the class)."""
-        algorithm = _off_policy_algorithm_on_call_stack()
+        """Warn if the SB3 algorithm resetting this env ignores the chunk discount (see the class)."""
+        algorithm = _sb3_algorithm_on_call_stack()
+        if isinstance(algorithm, OnPolicyAlgorithm):
+            self._algorithm_checked = True
+            self._check_on_policy_gamma(algorithm)
+            return
         if algorithm is None or getattr(algorithm, "replay_buffer", None) is None:
             return
         self._algorithm_checked = True
@@ -183,13 +194,28 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 stacklevel=3,
             )
 
+    def _check_on_policy_gamma(self, algorithm: OnPolicyAlgorithm) -> None:
+        """Warn once if an on-policy algorithm's per-macro-step gamma is not the wrapper's gamma ** chunk_size."""
+        macro_gamma = self.gamma**self.chunk_size
+        if math.isclose(algorithm.gamma, macro_gamma, rel_tol=1e-6):
+            return
+        name = type(algorithm).__name__
+        warnings.warn(
+            f"{name} trains on ChunkedActionWrapper(chunk_size={self.chunk_size}): its gamma={algorithm.gamma} (and "
+            f"GAE's gae_lambda) applies once per macro step of {self.chunk_size} primitive steps, a horizon "
+            f"{self.chunk_size} times longer than the same gamma per primitive step. For the wrapper's per-step "
+            f"gamma={self.gamma}, set {name}(gamma={self.gamma}**{self.chunk_size}={macro_gamma:.6g}).",
+            UserWarning,
+            stacklevel=4,
+        )
 
-def _off_policy_algorithm_on_call_stack() -> OffPolicyAlgorithm | None:
-    """The innermost SB3 off-policy algorithm whose method is running further up the call stack, if any."""
+
+def _sb3_algorithm_on_call_stack() -> BaseAlgorithm | None:
+    """The innermost SB3 off- or on-policy algorithm whose method is running further up the call stack, if any."""
     frame = sys._getframe(1)
     while frame is not None:
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, OffPolicyAlgorithm):
+        if isinstance(candidate, OffPolicyAlgorithm | OnPolicyAlgorithm):
             return candidate
         frame = frame.f_back
     return None

@@ -31,6 +31,9 @@ class QC(FlowQAlgorithm):
     :param gamma: Discount factor
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param action_noise: Exploration noise (SB3's ``ActionNoise``): one draw added to each executed primitive action in
+        the [-1, 1] scale, then clipped, as SB3 adds it; the env executes and the buffer stores the noisy action.
+        None by default (the policies are stochastic)
     :param chunk_size: Chunk length h (the reference's ``horizon_length``)
     :param action_chunking: False gives BFN-n: h-step windows, single actions
     :param actor_num_samples: Number N of flow samples of best-of-N (paper: 32; puzzle 64, robomimic 16; BFN 4)
@@ -48,7 +51,7 @@ class QC(FlowQAlgorithm):
     :param replay_buffer_class: ChunkReplayBuffer (the default) or a subclass, e.g. ``DeviceChunkReplayBuffer``
         (storage and window sampling on ``device``, for accelerators)
     :param replay_buffer_kwargs: Keyword arguments of the replay buffer
-    :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
+    :param policy_kwargs: Additional arguments of the policy (``net_arch``, ``activation_fn``, layer norms, optimizer)
     :param stats_window_size: Window size for the rollout logging
     :param tensorboard_log: The log location for tensorboard (if None, no logging)
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages

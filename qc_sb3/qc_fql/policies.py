@@ -25,7 +25,11 @@ class QCFQLPolicy(FlowQPolicy):
     def _build_networks(self) -> None:
         super()._build_networks()
         self.actor = OneStepActor(
-            self.features_dim, self.flat_action_dim, self.actor_hidden_dims, layer_norm=self.actor_layer_norm
+            self.features_dim,
+            self.flat_action_dim,
+            self.actor_hidden_dims,
+            layer_norm=self.actor_layer_norm,
+            activation_fn=self.activation_fn,
         )
 
     def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:

@@ -50,7 +50,7 @@ class QCFQL(FlowQAlgorithm):
     :param replay_buffer_class: ChunkReplayBuffer (the default) or a subclass, e.g. ``DeviceChunkReplayBuffer``
         (storage and window sampling on ``device``, for accelerators)
     :param replay_buffer_kwargs: Keyword arguments of the replay buffer
-    :param policy_kwargs: Additional arguments of the policy (``net_arch``, layer norms, optimizer)
+    :param policy_kwargs: Additional arguments of the policy (``net_arch``, ``activation_fn``, layer norms, optimizer)
     :param stats_window_size: Window size for the rollout logging
     :param tensorboard_log: The log location for tensorboard (if None, no logging)
     :param verbose: Verbosity level: 0 no output, 1 info messages, 2 debug messages

@@ -50,6 +50,9 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     :param gamma: Discount factor
     :param train_freq: Update the model every ``train_freq`` env steps (or ``(n, "episode")``)
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
+    :param action_noise: Exploration noise (SB3's ``ActionNoise``): one draw added to each executed primitive action in
+        the [-1, 1] scale, then clipped, as SB3 adds it; the env executes and the buffer stores the noisy action.
+        None by default (the policies are stochastic)
     :param chunk_size: Chunk length h: 1 for RLPD, 5 for RLPD-AC and QC-RLPD
     :param n_critics: Critic ensemble size K
     :param bc_alpha: Weight of the behavior-cloning term ``-mean_B log pi(a_data | s)`` (0: RLPD, RLPD-AC;
@@ -86,6 +89,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = 1,
+        action_noise: ActionNoise | None = None,
         chunk_size: int = 1,
         n_critics: int = 10,
         bc_alpha: float = 0.0,
@@ -113,6 +117,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             gamma=gamma,
             train_freq=train_freq,
             gradient_steps=gradient_steps,
+            action_noise=action_noise,
             chunk_size=chunk_size,
             action_chunking=True,
             offline_dataset=offline_dataset,
@@ -159,7 +164,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         (docs/algorithms.md §4), then the policy's chunks executed open-loop through each env's action queue.
 
         :param learning_starts: Online steps of random warm-up
-        :param action_noise: Not supported (the policy is stochastic)
+        :param action_noise: Exploration noise added to the policy's actions after the warm-up (as SB3 adds it)
         :param n_envs: Number of envs
         :return: Actions in the env's scale, and the same in the buffer's [-1, 1] scale
         """
