@@ -19,6 +19,7 @@ from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
 from qc_sb3.envs.minari_root import staging_root
+from qc_sb3.envs.publish import publish_dataset, restore_interrupted_publishes
 from qc_sb3.envs.robomimic.env import env_spec
 from qc_sb3.envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
 
@@ -262,6 +263,7 @@ def convert_to_minari(
         raise ValueError(f"dataset_id {dataset_id!r} has no namespace; expected '<namespace>/<name>-v<N>'")
     source = inspect_file(hdf5_path, info.name, filter_key)
     root = _minari_root()
+    restore_interrupted_publishes(root)
     target = root / dataset_id
     if target.exists() and not overwrite:
         raise FileExistsError(
@@ -300,13 +302,13 @@ def _minari_root() -> Path:
 
 
 def _move_into_place(staging: Path, root: Path, dataset_id: str) -> None:
-    """Move a dataset from the staging root to the real root, creating its namespaces and replacing an old copy."""
+    """
+    Move a dataset from the staging root to the real root, creating its namespaces and replacing an old copy (a kill
+    meanwhile leaves the old copy for the next convert to restore: :mod:`qc_sb3.envs.publish`).
+    """
     for namespace in reversed(Path(dataset_id).parents[:-1]):
         (root / namespace).mkdir(exist_ok=True)
         metadata = staging / namespace / "namespace_metadata.json"
         if metadata.exists() and not (root / namespace / metadata.name).exists():
             shutil.copy(metadata, root / namespace / metadata.name)
-    target = root / dataset_id
-    if target.exists():
-        os.replace(target, staging / "replaced")
-    os.replace(staging / dataset_id, target)
+    publish_dataset(staging, root, dataset_id)
