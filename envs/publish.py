@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from qc_sb3.common.dataset_checksums import record_checksums
 from qc_sb3.envs.minari_root import process_is_running, this_host_tag
 
 # Folders holding a replaced dataset are named "<prefix><host>.<pid>-<random>".
@@ -23,12 +24,14 @@ REPLACED_PREFIX = ".qc_sb3-replaced-"
 
 def publish_dataset(staging: Path, root: Path, dataset_id: str) -> None:
     """
-    Move ``staging/<dataset_id>`` to ``root/<dataset_id>``, replacing an existing dataset there.
+    Record the checksums of the complete dataset ``staging/<dataset_id>`` (:mod:`qc_sb3.common.dataset_checksums`,
+    verified when qc_sb3 reads it) and move it to ``root/<dataset_id>``, replacing an existing dataset there.
 
     :param staging: The staging root the dataset was created in (on the same file system as ``root``)
     :param root: The real Minari root
     :param dataset_id: The dataset's id
     """
+    record_checksums(staging / dataset_id / "data")
     final = root / dataset_id
     final.parent.mkdir(parents=True, exist_ok=True)
     if not final.exists():
