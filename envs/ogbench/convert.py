@@ -29,6 +29,7 @@ from ogbench.relabel_utils import relabel_dataset
 from tqdm import tqdm
 
 from qc_sb3.common.offline_transitions import ACTION_BOUNDS_TOLERANCE
+from qc_sb3.envs.disk_space import check_free_space, estimated_bytes
 from qc_sb3.envs.minari_root import minari_root, staging_root
 from qc_sb3.envs.ogbench.npz_file import (
     BUTTON_FAMILIES,
@@ -193,7 +194,7 @@ def _write_converted(
 ) -> None:
     """
     Check the arrays' per-row shapes and action bounds against the env, relabel them and create the Minari dataset
-    in the current Minari root (a staging root: see :func:`_publish`).
+    in the current Minari root (a staging root: see :func:`_publish`), once the free space there is checked.
     """
     family, _ = parse_task(task)
     dims = _env_dims(env, family)
@@ -207,6 +208,10 @@ def _write_converted(
     )
     episodes = _episode_buffers(arrays, rewards, masks)
     n_episodes = int(arrays["terminals"].sum())
+    # Per step: an observation, an action, a reward, a termination and a truncation flag.
+    size = estimated_bytes([arrays["observations"], arrays["actions"], rewards, masks, masks], n_episodes)
+    # The current root is a staging folder directly inside the Minari root, on its file system.
+    check_free_space(get_dataset_path().parent, size, f"Minari dataset {dataset_id!r}")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
         minari.create_dataset_from_buffers(

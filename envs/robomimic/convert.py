@@ -18,6 +18,7 @@ import numpy as np
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
+from qc_sb3.envs.disk_space import check_free_space, estimated_bytes
 from qc_sb3.envs.minari_root import staging_root
 from qc_sb3.envs.publish import publish_dataset, restore_interrupted_publishes
 from qc_sb3.envs.robomimic.env import env_spec
@@ -279,6 +280,7 @@ def convert_to_minari(
         # Minari warns about metadata it does not need here (author, permalink, the env spec set just after).
         warnings.filterwarnings("ignore", message=r"`(code_permalink|author|author_email)` is set to None")
         warnings.filterwarnings("ignore", message="env_spec is None")
+        check_free_space(root, _estimated_size(episodes), f"Minari dataset {dataset_id!r}")
         dataset = minari.create_dataset_from_buffers(
             dataset_id,
             episodes,
@@ -292,6 +294,16 @@ def convert_to_minari(
         dataset.storage.update_metadata({"env_spec": spec.to_json()})
         _move_into_place(staging, root, dataset_id)
     return dataset_id
+
+
+def _estimated_size(episodes: list[EpisodeBuffer]) -> int:
+    """The bytes the Minari dataset of these episodes takes, about (:func:`~qc_sb3.envs.disk_space.estimated_bytes`)."""
+    arrays = [
+        np.asarray(getattr(episode, field), dtype=np.float64 if field == "rewards" else None)
+        for episode in episodes
+        for field in ("observations", "actions", "rewards", "terminations", "truncations")
+    ]
+    return estimated_bytes(arrays + [episode.infos["success"] for episode in episodes], len(episodes))
 
 
 def _minari_root() -> Path:
