@@ -197,7 +197,8 @@ def _save_npz_atomically(arrays_by_path: dict[Path, dict[str, np.ndarray]]) -> N
             except OSError as error:
                 # numpy's zip writer names no file: a full disk would say only "[Errno 28] No space left on device".
                 raise OSError(
-                    error.errno, f"writing {str(path)!r} failed ({error.strerror}); existing files were left as they were"
+                    error.errno,
+                    f"writing {str(path)!r} failed ({error.strerror or error}); existing files were left as they were",
                 ) from error
         for path, temporary_path in temporary.items():
             os.replace(temporary_path, path)
