@@ -73,13 +73,13 @@ def remove_abandoned_staging(root: str | os.PathLike) -> list[Path]:
     prefix = this_host_staging_prefix()
     for path in Path(root).glob(f"{prefix}*"):
         pid = path.name.removeprefix(prefix).split("-")[0]
-        if path.is_dir() and pid.isdigit() and not _process_is_running(int(pid)):
+        if path.is_dir() and pid.isdigit() and not process_is_running(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
 
-def _process_is_running(pid: int) -> bool:
+def process_is_running(pid: int) -> bool:
     """Whether a process with this pid exists (signal 0 checks without sending anything)."""
     try:
         os.kill(pid, 0)
@@ -92,5 +92,9 @@ def _process_is_running(pid: int) -> bool:
 
 def this_host_staging_prefix() -> str:
     """``.qc_sb3-staging-<host>.``: the start of this machine's staging folders (the host name without dots or dashes)."""
-    host = "".join(character if character.isalnum() else "_" for character in socket.gethostname())
-    return f"{STAGING_PREFIX}{host}."
+    return f"{STAGING_PREFIX}{this_host_tag()}."
+
+
+def this_host_tag() -> str:
+    """This machine's name without dots or dashes, for the names of folders that carry a pid."""
+    return "".join(character if character.isalnum() else "_" for character in socket.gethostname())

@@ -193,7 +193,8 @@ def _restore_buffer(model: ChunkedOffPolicyAlgorithm, path: Path) -> None:
 
 def save_checkpoint(run_dir: str | Path, model: ChunkedOffPolicyAlgorithm, state: CheckpointState) -> Path:
     """
-    Write a checkpoint and make it the latest; delete the older ones.
+    Write a checkpoint and make it the latest; delete the older ones. A failed write (a full disk) removes what it
+    wrote and raises an OSError naming the checkpoint; the earlier checkpoints stay.
 
     :param run_dir: The run's folder
     :param model: The model (its replay buffer holds the offline segment too)
@@ -203,14 +204,24 @@ def save_checkpoint(run_dir: str | Path, model: ChunkedOffPolicyAlgorithm, state
     root = Path(run_dir) / CHECKPOINTS_DIR
     name = f"ckpt-{state.evaluations_done:05d}"
     staging = root / f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    staging.mkdir(parents=True)
-    rng_json, rng_tensors = rng_states(model)
-    th.save({"parameters": model.get_parameters(), "rng": rng_tensors}, staging / TENSORS_FILE)
-    np.savez(staging / BUFFER_FILE, **_buffer_arrays(model))
-    write_json(staging / MODEL_STATE_FILE, _model_state(model))
-    write_json(staging / RNG_FILE, rng_json)
-    write_json(staging / STATE_FILE, asdict(state))
     final = root / name
+    try:
+        staging.mkdir(parents=True)
+        rng_json, rng_tensors = rng_states(model)
+        th.save({"parameters": model.get_parameters(), "rng": rng_tensors}, staging / TENSORS_FILE)
+        np.savez(staging / BUFFER_FILE, **_buffer_arrays(model))
+        write_json(staging / MODEL_STATE_FILE, _model_state(model))
+        write_json(staging / RNG_FILE, rng_json)
+        write_json(staging / STATE_FILE, asdict(state))
+    except BaseException as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not isinstance(error, OSError | RuntimeError):
+            raise
+        # A full disk: torch says "unexpected pos 576 vs 534", numpy "[Errno 28]" with no path.
+        raise OSError(
+            f"writing checkpoint {str(final)!r} failed ({type(error).__name__}: {error}; "
+            f"{shutil.disk_usage(root).free:,} bytes free there); the latest complete checkpoint is kept"
+        ) from error
     shutil.rmtree(final, ignore_errors=True)
     staging.rename(final)
     write_json(root / LATEST_FILE, {"checkpoint": name})

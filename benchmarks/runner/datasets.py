@@ -21,6 +21,10 @@ from qc_sb3.benchmarks.runner.tasks import get_suite, get_task
 from qc_sb3.common.offline_source import OfflineShards
 
 
+class DatasetPreparationError(RuntimeError):
+    """A task's dataset could not be prepared for a reason outside the config (a full disk, permissions)."""
+
+
 def prepare_datasets(
     runs: Sequence[RunSpec],
     cache: str | os.PathLike,
@@ -37,6 +41,8 @@ def prepare_datasets(
     :param progress: Whether generators show progress bars
     :param log: Called with one line per dataset prepared
     :return: The runs with ``offline_dataset`` set
+    :raises DatasetPreparationError: A dataset could not be written or read (a full disk, a folder that cannot be
+        written), naming the task, the cache and the path that failed; datasets already prepared stay in the cache
     """
     cache = Path(cache)
     prepared: dict[str, str | OfflineShards] = {}
@@ -53,7 +59,13 @@ def prepare_datasets(
             if log is not None:
                 log(f"dataset for {run.task}: {source} {_describe(run.dataset)}")
             request = DatasetRequest(task=task, options=run.dataset, cache=cache, workers=workers, progress=progress)
-            prepared[key] = prepare(request)
+            try:
+                prepared[key] = prepare(request)
+            except OSError as error:
+                # A full disk, a folder that cannot be written: the converters' messages name the path.
+                raise DatasetPreparationError(
+                    f"preparing the {source} dataset of {run.task} in the dataset cache {str(cache)!r} failed: {error}"
+                ) from error
         result.append(replace(run, offline_dataset=prepared[key]))
     return result
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import importlib
 import json
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -48,7 +47,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger, configure
 
-from qc_sb3.benchmarks.runner.atomic import read_json, write_json, write_text
+from qc_sb3.benchmarks.runner.atomic import read_json, write_json
 from qc_sb3.benchmarks.runner.checkpoints import (
     CHECKPOINTS_DIR,
     LATEST_FILE,
@@ -70,6 +69,7 @@ from qc_sb3.benchmarks.runner.evaluations import (
     read_rows,
     write_rows,
 )
+from qc_sb3.benchmarks.runner.failures import record_failure
 from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.methods import constructor_arguments
 from qc_sb3.benchmarks.runner.progress import ProgressWriter
@@ -188,8 +188,7 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
             raise
         except Exception as error:
             # Recorded while the lock is held: the folder is this run's, and no other runner writes to it meanwhile.
-            ProgressWriter(run_dir, run.name, 1).finish("failed", error=f"{type(error).__name__}: {error}")
-            write_text(run_dir / ERROR_FILE, "".join(traceback.format_exception(error)))
+            record_failure(run_dir, run.name, error, ERROR_FILE)  # a full disk: a warning, and this error still raised
             raise
 
 

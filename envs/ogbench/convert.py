@@ -29,6 +29,7 @@ from ogbench.relabel_utils import relabel_dataset
 from tqdm import tqdm
 
 from qc_sb3.common.offline_transitions import ACTION_BOUNDS_TOLERANCE
+from qc_sb3.envs.disk_space import check_free_space, estimated_bytes
 from qc_sb3.envs.minari_root import minari_root, staging_root
 from qc_sb3.envs.ogbench.npz_file import (
     BUTTON_FAMILIES,
@@ -40,6 +41,7 @@ from qc_sb3.envs.ogbench.npz_file import (
     read_npz,
 )
 from qc_sb3.envs.ogbench.tasks import parse_task, singletask_env_id
+from qc_sb3.envs.publish import publish_dataset, restore_interrupted_publishes
 
 
 def default_dataset_id(task: str) -> str:
@@ -84,6 +86,7 @@ def convert_to_minari(
     """
     family, _ = parse_task(task)
     dataset_id = default_dataset_id(task) if dataset_id is None else dataset_id
+    restore_interrupted_publishes(_absolute_minari_root())
     _check_new_dataset_id(dataset_id, overwrite)
     npz_path = npz_file(npz_path)
     arrays = read_npz(npz_path, family)
@@ -124,6 +127,7 @@ def convert_shards(
     if not shards:
         raise ValueError(f"npz folder {str(npz_dir)!r} holds no training npz file (*.npz not ending in -val.npz)")
     dataset_ids = [shard_dataset_id(task, index) for index in range(len(shards))]
+    restore_interrupted_publishes(_absolute_minari_root())
     for dataset_id in dataset_ids:
         _check_new_dataset_id(dataset_id, overwrite)
     shapes = {path: inspect_npz(path) for path in shards}
@@ -190,7 +194,7 @@ def _write_converted(
 ) -> None:
     """
     Check the arrays' per-row shapes and action bounds against the env, relabel them and create the Minari dataset
-    in the current Minari root (a staging root: see :func:`_publish`).
+    in the current Minari root (a staging root: see :func:`_publish`), once the free space there is checked.
     """
     family, _ = parse_task(task)
     dims = _env_dims(env, family)
@@ -204,6 +208,10 @@ def _write_converted(
     )
     episodes = _episode_buffers(arrays, rewards, masks)
     n_episodes = int(arrays["terminals"].sum())
+    # Per step: an observation, an action, a reward, a termination and a truncation flag.
+    size = estimated_bytes([arrays["observations"], arrays["actions"], rewards, masks, masks], n_episodes)
+    # The current root is a staging folder directly inside the Minari root, on its file system.
+    check_free_space(get_dataset_path().parent, size, f"Minari dataset {dataset_id!r}")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
         minari.create_dataset_from_buffers(
@@ -264,7 +272,8 @@ def _episode_buffers(arrays: dict[str, np.ndarray], rewards: np.ndarray, masks: 
 def _publish(staging: Path, root: Path, dataset_ids: list[str], overwrite: bool) -> None:
     """
     Move complete datasets from the staging root into the real root, each replacing an existing one only if
-    ``overwrite`` (docs/design.md: a failed create leaves a half-made folder behind, so nothing is created in place).
+    ``overwrite`` (docs/design.md: a failed create leaves a half-made folder behind, so nothing is created in place;
+    :mod:`qc_sb3.envs.publish`: a kill while replacing leaves the old copy for the next convert to restore).
 
     :param staging: The staging root the datasets were created in
     :param root: The real Minari root
@@ -276,19 +285,7 @@ def _publish(staging: Path, root: Path, dataset_ids: list[str], overwrite: bool)
         if final.exists() and not overwrite:
             raise FileExistsError(f"Minari dataset {dataset_id!r} appeared at {str(final)!r} during the conversion")
     for dataset_id in dataset_ids:
-        final = root / dataset_id
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            replaced = staging / ".replaced" / dataset_id
-            replaced.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(final, replaced)
-            try:
-                os.replace(staging / dataset_id, final)
-            except BaseException:
-                os.replace(replaced, final)
-                raise
-        else:
-            os.replace(staging / dataset_id, final)
+        publish_dataset(staging, root, dataset_id)
         with minari_root(root):
             namespace = parse_dataset_id(dataset_id)[0]
             if namespace not in list_local_namespaces():

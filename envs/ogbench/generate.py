@@ -181,7 +181,7 @@ def _save_npz_atomically(arrays_by_path: dict[Path, dict[str, np.ndarray]]) -> N
     Write each npz (compressed, as upstream) to a temporary file in its folder, then move all into place in order.
 
     Nothing is moved until every file is written; on failure or interruption the temporary files are removed and
-    existing files stay as they were.
+    existing files stay as they were; a failed write (a full disk) is an OSError naming the file.
     """
     temporary: dict[Path, Path] = {}
     try:
@@ -189,10 +189,17 @@ def _save_npz_atomically(arrays_by_path: dict[Path, dict[str, np.ndarray]]) -> N
             temporary[path] = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
             # os.open with mode 0o666 keeps the umask's permissions (tempfile.mkstemp would make the file 0600).
             handle = os.open(temporary[path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(handle, "wb") as file:
-                np.savez_compressed(file, **arrays)
-                file.flush()
-                os.fsync(file.fileno())
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    np.savez_compressed(file, **arrays)
+                    file.flush()
+                    os.fsync(file.fileno())
+            except OSError as error:
+                # numpy's zip writer names no file: a full disk would say only "[Errno 28] No space left on device".
+                raise OSError(
+                    error.errno,
+                    f"writing {str(path)!r} failed ({error.strerror or error}); existing files were left as they were",
+                ) from error
         for path, temporary_path in temporary.items():
             os.replace(temporary_path, path)
     finally:

@@ -18,7 +18,9 @@ import numpy as np
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_dataset import parse_dataset_id
 
+from qc_sb3.envs.disk_space import check_free_space, estimated_bytes
 from qc_sb3.envs.minari_root import staging_root
+from qc_sb3.envs.publish import publish_dataset, restore_interrupted_publishes
 from qc_sb3.envs.robomimic.env import env_spec
 from qc_sb3.envs.robomimic.tasks import ACTION_DIM, LOW_DIM_KEYS, TaskInfo, check_env_args, default_env_args, resolve_task
 
@@ -262,6 +264,7 @@ def convert_to_minari(
         raise ValueError(f"dataset_id {dataset_id!r} has no namespace; expected '<namespace>/<name>-v<N>'")
     source = inspect_file(hdf5_path, info.name, filter_key)
     root = _minari_root()
+    restore_interrupted_publishes(root)
     target = root / dataset_id
     if target.exists() and not overwrite:
         raise FileExistsError(
@@ -277,6 +280,7 @@ def convert_to_minari(
         # Minari warns about metadata it does not need here (author, permalink, the env spec set just after).
         warnings.filterwarnings("ignore", message=r"`(code_permalink|author|author_email)` is set to None")
         warnings.filterwarnings("ignore", message="env_spec is None")
+        check_free_space(root, _estimated_size(episodes), f"Minari dataset {dataset_id!r}")
         dataset = minari.create_dataset_from_buffers(
             dataset_id,
             episodes,
@@ -292,6 +296,16 @@ def convert_to_minari(
     return dataset_id
 
 
+def _estimated_size(episodes: list[EpisodeBuffer]) -> int:
+    """The bytes the Minari dataset of these episodes takes, about (:func:`~qc_sb3.envs.disk_space.estimated_bytes`)."""
+    arrays = [
+        np.asarray(getattr(episode, field), dtype=np.float64 if field == "rewards" else None)
+        for episode in episodes
+        for field in ("observations", "actions", "rewards", "terminations", "truncations")
+    ]
+    return estimated_bytes(arrays + [episode.infos["success"] for episode in episodes], len(episodes))
+
+
 def _minari_root() -> Path:
     """The folder Minari keeps its local datasets in (``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``)."""
     root = os.environ.get("MINARI_DATASETS_PATH")
@@ -300,13 +314,13 @@ def _minari_root() -> Path:
 
 
 def _move_into_place(staging: Path, root: Path, dataset_id: str) -> None:
-    """Move a dataset from the staging root to the real root, creating its namespaces and replacing an old copy."""
+    """
+    Move a dataset from the staging root to the real root, creating its namespaces and replacing an old copy (a kill
+    meanwhile leaves the old copy for the next convert to restore: :mod:`qc_sb3.envs.publish`).
+    """
     for namespace in reversed(Path(dataset_id).parents[:-1]):
         (root / namespace).mkdir(exist_ok=True)
         metadata = staging / namespace / "namespace_metadata.json"
         if metadata.exists() and not (root / namespace / metadata.name).exists():
             shutil.copy(metadata, root / namespace / metadata.name)
-    target = root / dataset_id
-    if target.exists():
-        os.replace(target, staging / "replaced")
-    os.replace(staging / dataset_id, target)
+    publish_dataset(staging, root, dataset_id)

@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 from tqdm.auto import tqdm
 
+from qc_sb3.envs.disk_space import check_free_space, estimated_bytes
 from qc_sb3.envs.output_folder import check_writable_folder
 from qc_sb3.envs.robomimic.env import import_robosuite, reseed, reset_robosuite, robosuite_kwargs
 from qc_sb3.envs.robomimic.scripted import OPERATOR_STYLES, make_controller
@@ -244,7 +245,21 @@ def generate_demos(
 
 
 def _write_atomically(out_path: Path, episodes: list[Episode], env_args: dict[str, Any], seed: int, attempts: int) -> None:
-    """Write the demos to a temporary file next to ``out_path``, then move it into place."""
+    """Write the demos to a temporary file next to ``out_path`` (its free space checked first), then move it into place."""
+    arrays = [
+        array
+        for episode in episodes
+        for array in (
+            episode.actions,
+            episode.states,
+            episode.rewards,
+            episode.dones,
+            *episode.obs.values(),
+            *episode.next_obs.values(),
+        )
+    ]
+    size = estimated_bytes(arrays + [episode.model_file for episode in episodes], len(episodes))
+    check_free_space(out_path.parent, size, f"{len(episodes)} robomimic demos")
     temporary = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     try:
         with h5py.File(temporary, "w") as file:

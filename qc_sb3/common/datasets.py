@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import gymnasium as gym
 import minari
 import numpy as np
 
+from qc_sb3.common.dataset_checksums import verify_checksums
+from qc_sb3.common.input_checks import user_stacklevel
 from qc_sb3.common.offline_source import (
     OfflineSource,
 )
@@ -29,7 +32,7 @@ _MAPPING_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def load_offline_transitions(source: OfflineSource) -> OfflineTransitions:
+def load_offline_transitions(source: OfflineSource, env_id: str | None = None) -> OfflineTransitions:
     """
     Read an offline dataset as per-step arrays, actions in the env's scale.
 
@@ -42,17 +45,22 @@ def load_offline_transitions(source: OfflineSource) -> OfflineTransitions:
     ``episode_end`` may instead be given as ``timeouts`` or ``truncations`` (truncated steps). Episode ends are
     the given ones or'ed with the terminations, and the last step always ends its episode. Other keys are ignored.
 
+    A Minari dataset is first checked against the checksums recorded with it by qc_sb3's converters
+    (:mod:`qc_sb3.common.dataset_checksums`): a damaged file is refused, naming it. One recorded for an env other than
+    ``env_id`` (by the id of the env spec Minari stores) is warned about: same shapes do not make the same task.
+
     :param source: A Minari dataset id (loaded locally from ``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``;
         nothing is downloaded), a path to a Minari dataset folder (the dataset folder or its ``data`` subfolder),
         a ``MinariDataset``, a mapping of arrays, or ``OfflineTransitions`` (returned as they are)
+    :param env_id: The id of the env the data will train on (its ``spec.id``); None: not checked
     :return: The dataset's per-step arrays
     """
     if isinstance(source, OfflineTransitions):
         return source
     if isinstance(source, minari.MinariDataset):
-        return _from_minari_dataset(source)
+        return _from_minari_dataset(source, env_id)
     if isinstance(source, str | os.PathLike):
-        return _from_minari_dataset(_open_minari_dataset(source))
+        return _from_minari_dataset(_open_minari_dataset(source), env_id)
     if isinstance(source, Mapping):
         return _from_mapping(source)
     raise TypeError(
@@ -73,6 +81,7 @@ def _open_minari_dataset(source: str | os.PathLike) -> minari.MinariDataset:
     if isinstance(source, os.PathLike) or path.exists():
         # minari.load_dataset opens "<root>/<id>/data"; accept that folder or the dataset folder above it.
         data_path = path / "data" if (path / "data").is_dir() else path
+        verify_checksums(data_path)
         try:
             return minari.MinariDataset(data_path)
         except ValueError as error:
@@ -90,11 +99,29 @@ def _open_minari_dataset(source: str | os.PathLike) -> minari.MinariDataset:
         ) from error
 
 
-def _from_minari_dataset(dataset: minari.MinariDataset) -> OfflineTransitions:
-    """Concatenate the episodes of a Minari dataset into per-step arrays."""
+def _from_minari_dataset(dataset: minari.MinariDataset, env_id: str | None) -> OfflineTransitions:
+    """Concatenate the episodes of a Minari dataset into per-step arrays (warning if recorded for another env)."""
     for name, space in (("observation", dataset.observation_space), ("action", dataset.action_space)):
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"Minari dataset {dataset.id!r} has a {type(space).__name__} {name} space; expected a Box")
+    verify_checksums(dataset.spec.data_path)
+    recorded = dataset.env_spec
+    if env_id is not None and recorded is not None and recorded.id != env_id:
+        warnings.warn(
+            f"Minari dataset {dataset.id!r} ({dataset.spec.data_path}) was recorded for env {recorded.id!r}, but it "
+            f"trains on env {env_id!r}: check that it is this env's data",
+            stacklevel=user_stacklevel(),
+        )
+    try:
+        return _concatenate_episodes(dataset)
+    except OSError as error:
+        raise ValueError(
+            f"Minari dataset {dataset.id!r} at {dataset.spec.data_path!r} is not readable (truncated or damaged?): {error}"
+        ) from error
+
+
+def _concatenate_episodes(dataset: minari.MinariDataset) -> OfflineTransitions:
+    """The episodes of a Minari dataset as per-step arrays."""
     observations, next_observations, actions, rewards, terminated, lengths = [], [], [], [], [], []
     for episode in dataset.iterate_episodes():
         n_steps = len(episode.rewards)

@@ -118,9 +118,16 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         source = self.offline_dataset
         if isinstance(source, OfflineShards):
             source = source.sources[shard_index]
-        data = load_offline_transitions(source)
+        data = load_offline_transitions(source, env_id=self._env_id())
         check_transitions_fit(data, self.observation_space, self.action_space, self.chunk_size)  # type: ignore[arg-type]
         return with_sparse_rewards(data) if self.offline_sparse_rewards else data
+
+    def _env_id(self) -> str | None:
+        """The id of the training env's spec (its first env), None without an env or a spec."""
+        if self.env is None:
+            return None
+        spec = self.env.get_attr("spec", indices=[0])[0]
+        return None if spec is None else spec.id
 
     def _use_shard_of_step(self, gradient_step: int) -> None:
         """
