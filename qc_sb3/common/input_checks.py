@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,4 +85,25 @@ def check_env_outputs_finite(values: np.ndarray, what: str, env_step: int, first
             f"env {env_index} returned a {what} holding NaN or inf (as float32, the replay buffer's dtype) at env step "
             f"{env_step} (num_timesteps); refused before it is stored: the env must return finite values within "
             "float32's range"
+        )
+
+
+def warn_if_no_online_update(start: int, total_timesteps: int, learning_starts: int, gradient_steps: int) -> None:
+    """
+    Warn, before any work, when the online steps of a ``learn()`` call all fall within ``learning_starts``: updates
+    start only after them, so the online phase would only collect data.
+
+    :param start: The env step ``learn()`` counts from (0, or ``num_timesteps`` without ``reset_num_timesteps``)
+    :param total_timesteps: ``learn()``'s online env steps
+    :param learning_starts: The algorithm's ``learning_starts``
+    :param gradient_steps: The algorithm's ``gradient_steps`` (0: no updates are asked for)
+    """
+    end = start + total_timesteps
+    if start < end <= learning_starts and gradient_steps != 0:
+        warnings.warn(
+            f"learning_starts={learning_starts} but this learn() runs the env to step {end} "
+            f"({total_timesteps} online steps): no online update will happen, the online phase only collects data. "
+            f"Lower learning_starts, or learn() for more than {learning_starts - start} online steps",
+            UserWarning,
+            stacklevel=user_stacklevel(),
         )

@@ -16,7 +16,7 @@ from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.datasets import load_offline_transitions
 from qc_sb3.common.gradient_update import GradientUpdateMixin
-from qc_sb3.common.input_checks import user_stacklevel
+from qc_sb3.common.input_checks import user_stacklevel, warn_if_no_online_update
 from qc_sb3.common.normalization import fit_vec_normalize
 from qc_sb3.common.offline_source import OfflineShards, describe_offline_source_record, open_offline_source_record
 from qc_sb3.common.offline_transitions import (
@@ -329,7 +329,8 @@ class OfflinePhaseMixin(GradientUpdateMixin):
             the env steps
         :return: the trained model
         """
-        self._warn_if_no_online_update(total_timesteps, reset_num_timesteps)
+        start = 0 if reset_num_timesteps else self.num_timesteps
+        warn_if_no_online_update(start, total_timesteps, self.learning_starts, self.gradient_steps)
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -371,25 +372,6 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         callback.on_training_end()
         return self
 
-
-    def _warn_if_no_online_update(self, total_timesteps: int, reset_num_timesteps: bool) -> None:
-        """
-        Warn, before any work, when the online steps of a ``learn()`` call all fall within ``learning_starts``:
-        updates start only after them, so the online phase would only collect data.
-
-        :param total_timesteps: ``learn()``'s online env steps
-        :param reset_num_timesteps: Whether ``learn()`` counts them from 0 (else from ``num_timesteps``)
-        """
-        start = 0 if reset_num_timesteps else self.num_timesteps
-        end = start + total_timesteps
-        if start < end <= self.learning_starts and self.gradient_steps != 0:
-            warnings.warn(
-                f"learning_starts={self.learning_starts} but this learn() runs the env to step {end} "
-                f"({total_timesteps} online steps): no online update will happen, the online phase only collects data. "
-                f"Lower learning_starts, or learn() for more than {self.learning_starts - start} online steps",
-                UserWarning,
-                stacklevel=3,
-            )
 
 
 def _progress_bar(total: int) -> Any:
