@@ -4,6 +4,9 @@ re-planning every k steps and with temporal ensembling, in ``predict``, in ``lea
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,8 +15,13 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from qc_sb3 import QC, QCFQL, RLPD
+from qc_sb3.benchmarks.runner.config import ConfigError, load_config
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import build_model
 from qc_sb3.common.chunk_execution import ChunkExecution, ensemble_weights
 from qc_sb3.common.evaluation import evaluate_success
+
+from test_benchmarks_toys import TOY_TASK, register_toy_suite, toy_config
 
 H = 5
 BOUND = 1000.0  # the actions' bounds: the stub's scaled value v is the env action 1000 v
@@ -295,3 +303,59 @@ def test_contradictory_settings_after_construction_are_refused_and_change_nothin
     with pytest.raises(ValueError, match="replan_interval is 3"):
         model.temporal_ensemble_rate = 0.01
     assert model.temporal_ensemble_rate is None and model.policy.chunk_execution == ChunkExecution(H, 3)
+
+
+def test_the_runner_key_reaches_the_model_and_variants_run_under_their_own_name(tmp_path):
+    register_toy_suite()
+    data = toy_config(
+        methods={
+            "QC": None,
+            "QC@k2": {"replan_interval": 2},
+            "QC-FQL@ensemble": {"temporal_ensemble_rate": 0.5},
+        },
+    )
+    runs = {run.method: run for run in plan_runs(load_config(data), tmp_path)}
+    assert runs["QC@k2"].run_dir == str(tmp_path / TOY_TASK / "QC@k2" / "seed0")
+    assert runs["QC@k2"].algorithm == runs["QC"].algorithm
+    executions = {}
+    for name, run in runs.items():
+        model = build_model(run, run.make_env(seed=run.seed, **run.env_kwargs))
+        executions[name] = model.policy.chunk_execution
+    assert executions == {
+        "QC": ChunkExecution(H),
+        "QC@k2": ChunkExecution(H, replan_interval=2),
+        "QC-FQL@ensemble": ChunkExecution(H, temporal_ensemble_rate=0.5),
+    }
+
+
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ({"QC": {"replan_interval": 6}}, "QC (domain toy) refuses its hyperparameters: ValueError: replan_interval must"),
+        ({"QC": {"replan_interval": 0}}, "methods.QC.replan_interval must be >= 1, got 0"),
+        ({"QC": {"replan_interval": 2.5}}, "methods.QC.replan_interval must be like its default None, got 2.5"),
+        ({"QC": {"temporal_ensemble_rate": -1}}, "methods.QC.temporal_ensemble_rate must be >= 0.0, got -1"),
+        ({"QC@": None}, "unknown method 'QC@'"),
+        ({"DQN@k1": None}, "unknown method 'DQN@k1'"),
+    ],
+)
+def test_the_runner_refuses_bad_options_before_any_run(methods, message, tmp_path):
+    register_toy_suite()
+    with pytest.raises(ConfigError) as error:
+        plan_runs(load_config(toy_config(methods=methods)), tmp_path)
+    assert message in str(error.value)
+
+
+def test_the_campaign_config_is_part_as_protocol_with_only_the_execution_changed(tmp_path):
+    pytest.importorskip("qc_sb3.envs.ogbench")
+    configs = Path(__file__).parents[1] / "benchmarks" / "configs"
+    part_a = {(run.method, run.seed): run.record() for run in plan_runs(load_config(configs / "evidence-parity.yaml"), "o")}
+    campaign = plan_runs(load_config(configs / "chunk-execution.yaml"), "o")
+    assert {run.method for run in campaign} == {f"{m}@{v}" for m in ("QC", "QC-FQL") for v in ("k1", "k2", "ensemble")}
+    options = ("replan_interval", "temporal_ensemble_rate")
+    for run in campaign:
+        record, base = copy.deepcopy(run.record()), run.method.split("@")[0]
+        expected = copy.deepcopy(part_a[(base, run.seed)])
+        assert [expected["hyperparameters"].pop(key) for key in options] == [None, None]  # part A: whole chunks
+        assert [record["hyperparameters"].pop(key) for key in options] != [None, None]
+        assert {**record, "method": base} == expected
