@@ -18,6 +18,8 @@ from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config
 from qc_sb3.benchmarks.runner.planning import plan_runs
 from qc_sb3.benchmarks.runner.runs import build_model
+from qc_sb3.benchmarks.speed.chunk_execution_speed import OPTIONS, STEPS_PER_CALL, acting_call
+from qc_sb3.benchmarks.speed.step_speed import ConstantEnv
 from qc_sb3.common.chunk_execution import ChunkExecution, ensemble_weights
 from qc_sb3.common.evaluation import evaluate_success
 
@@ -359,3 +361,18 @@ def test_the_campaign_config_is_part_as_protocol_with_only_the_execution_changed
         assert [expected["hyperparameters"].pop(key) for key in options] == [None, None]  # part A: whole chunks
         assert [record["hyperparameters"].pop(key) for key in options] != [None, None]
         assert {**record, "method": base} == expected
+
+
+def test_the_speed_benchmark_makes_one_decision_every_k_steps_of_each_option():
+    model = QC("MlpPolicy", ConstantEnv(), chunk_size=H, actor_num_samples=2, policy_kwargs={"net_arch": [8]}, device="cpu")
+    decide, decisions = model.policy._predict_chunk, []
+    model.policy._predict_chunk = lambda observation, deterministic=False: (
+        decisions.append(1),
+        decide(observation, deterministic),
+    )[1]
+    for options, per_step in OPTIONS.values():
+        call = acting_call(model, options)
+        call()
+        decisions.clear()
+        call(), call()  # the queues carried over from call to call
+        assert len(decisions) == round(2 * STEPS_PER_CALL * per_step), options
