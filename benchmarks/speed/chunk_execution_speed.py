@@ -6,8 +6,9 @@ The models are :mod:`qc_sb3.benchmarks.speed.step_speed`'s (obs 40, A 5, h 5; ``
 is one ``policy.predict`` per env step, the state passed back, over :data:`STEPS_PER_CALL` env steps (a multiple of
 every k, so each call makes exactly ``STEPS_PER_CALL / k`` decisions), on the CPU; the figure per env step is that
 call's time divided by the steps. The decision latency (one observation -> one chunk, ``policy.predict_chunk``) is
-timed in the same rounds. Every figure is the median of all timed calls, the options taking turns in each round
-(:func:`~qc_sb3.benchmarks.speed.step_speed.interleaved_seconds`).
+timed in the same rounds. Every figure is the median (and the best) of all timed calls, the options taking turns in
+each round (:func:`~qc_sb3.benchmarks.speed.step_speed.interleaved_seconds`); on a shared machine the best is the
+steadier figure, since a long call (ten decisions at k = 1) is more often interrupted than a short one.
 """
 
 from __future__ import annotations
@@ -75,15 +76,16 @@ def main() -> None:
             # One model; each option sets its attributes and carries its own queues from call to call.
             calls[name] = acting_call(model, options)
         times = interleaved_seconds(calls, args.rounds, args.repeats)
-        decision_ms = 1000 * statistics.median(times["decision"])
-        print(f"{method} {args.config}: decision latency {decision_ms:.3f} ms")
-        base_ms = None
+        decision = [1000 * statistics.median(times["decision"]), 1000 * min(times["decision"])]
+        print(f"{method} {args.config}: decision latency {decision[0]:.3f} ms median ({decision[1]:.3f} best)")
+        print(f"  {'option':26s} decisions/step  ms/env step median (best)  x whole chunks  decisions' share (best)")
+        base = None
         for name, (_, decisions_per_step) in OPTIONS.items():
-            per_step_ms = 1000 * statistics.median(times[name]) / STEPS_PER_CALL
-            base_ms = per_step_ms if base_ms is None else base_ms
+            per_step = [1000 * statistics.median(times[name]) / STEPS_PER_CALL, 1000 * min(times[name]) / STEPS_PER_CALL]
+            base = per_step if base is None else base
             print(
-                f"  {name:26s} decisions/env step {decisions_per_step:.2f}: {per_step_ms:.3f} ms per env step "
-                f"({per_step_ms / base_ms:.2f}x whole chunks; decisions alone {decisions_per_step * decision_ms:.3f} ms)"
+                f"  {name:26s} {decisions_per_step:14.2f}  {per_step[0]:10.3f} ({per_step[1]:7.3f})"
+                f"  {per_step[0] / base[0]:8.2f} ({per_step[1] / base[1]:4.2f})  {decisions_per_step * decision[1]:8.3f} ms"
             )
 
 
