@@ -130,6 +130,7 @@ def test_predict_executes_the_hand_table(algorithm, k):
 
 
 @pytest.mark.parametrize("k", [5, 2, 1])
+@pytest.mark.filterwarnings("ignore:learning_starts")  # no update: the test checks acting only
 def test_learn_collects_the_hand_table_and_stores_the_executed_actions(k):
     env = CountingEnv()
     model = coded_model(QC, env, replan_interval=k)
@@ -214,6 +215,7 @@ class EnsembleEnv(CountingEnv):
         return observation, reward, self.count == 4, False, info
 
 
+@pytest.mark.filterwarnings("ignore:learning_starts")  # no update: the test checks acting only
 def test_temporal_ensembling_averages_the_overlapping_chunks_as_by_hand():
     env = EnsembleEnv()
     model = QC(

@@ -219,6 +219,11 @@ class ChunkExecutionOptions:
         """Number h of primitive actions per decision: the chunk length, 1 for the ``-n`` variants."""
         return int(self.chunk_size) if self.action_chunking else 1  # type: ignore[attr-defined]
 
-    def _chunk_execution_kwargs(self) -> dict[str, Any]:
-        """The policy's keyword arguments for the options."""
-        return {"replan_interval": self._replan_interval, "temporal_ensemble_rate": self._temporal_ensemble_rate}
+    def _chunk_policy_kwargs(self) -> dict[str, Any]:
+        """The policy's keyword arguments of its chunks: their length and kind, and how they are executed."""
+        return {
+            "chunk_size": self.chunk_size,  # type: ignore[attr-defined]
+            "action_chunking": self.action_chunking,  # type: ignore[attr-defined]
+            "replan_interval": self._replan_interval,
+            "temporal_ensemble_rate": self._temporal_ensemble_rate,
+        }

@@ -194,12 +194,7 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         # Refuse offline data that does not fit the env before building or training anything.
         offline_data = self._read_offline_data()
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
-        self.policy_kwargs = {
-            **self.policy_kwargs,
-            "chunk_size": self.chunk_size,
-            "action_chunking": self.action_chunking,
-            **self._chunk_execution_kwargs(),
-        }
+        self.policy_kwargs = {**self.policy_kwargs, **self._chunk_policy_kwargs()}
         super()._setup_model()
         if self._vec_normalize_env is not None and isinstance(self.replay_buffer, DeviceChunkReplayBuffer):
             raise ValueError(
