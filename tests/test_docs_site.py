@@ -19,6 +19,7 @@ EXAMPLE_PAGES = [
     "algorithms/qc_fql.md",
     "algorithms/rlpd.md",
     "guides/sb3-over-chunks.md",
+    "guides/chunk-execution.md",
 ]
 
 

@@ -6,7 +6,7 @@ Schema (every section but ``tasks`` and ``methods`` is optional)::
     name: quickstart                      # a label for summaries
     out: results/quickstart               # results folder (--out overrides)
     tasks: [cube-single-play-singletask-task2-v0]
-    methods: [QC, QC-FQL]                 # or a mapping: {QC: {actor_num_samples: 8}, QC-FQL: null}
+    methods: [QC, QC-FQL]                 # or a mapping: {QC: {actor_num_samples: 8}, QC@k1: {replan_interval: 1}}
     seeds: 4                              # a count or a list; default per suite (OGBench 4, robomimic 5)
     protocol:                             # defaults: the paper's (docs/algorithms.md §5)
       offline_steps: 1000000              # offline gradient steps (methods with an offline phase)
@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from qc_sb3.benchmarks.runner.hyperparameters import hyperparameter_problem, is_int
-from qc_sb3.benchmarks.runner.methods import METHODS, RUNNER_ARGUMENTS
+from qc_sb3.benchmarks.runner.methods import RUNNER_ARGUMENTS, get_method
 from qc_sb3.benchmarks.runner.specs import REQUIRED, BenchmarkConfig, Execution, Option, Protocol, TaskSpec
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task, task_names, unavailable_suites
 
@@ -188,14 +188,15 @@ def _parse_methods(problems: Problems, data: Any) -> dict[str, dict[str, Any]]:
         return {}
     methods: dict[str, dict[str, Any]] = {}
     for name, overrides in data.items():
-        if name not in METHODS:
-            problems.add(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
+        try:
+            defaults = get_method(name).constructor_defaults()
+        except KeyError as error:
+            problems.add(error.args[0])
             continue
         overrides = overrides or {}
         if not isinstance(overrides, Mapping):
             problems.add(f"methods.{name} must be a mapping of hyperparameters (or empty), got {overrides!r}")
             continue
-        defaults = METHODS[name].constructor_defaults()
         for key, value in overrides.items():
             _check_hyperparameter(problems, f"methods.{name}", key, value, defaults, name)
         methods[name] = dict(overrides)
@@ -218,12 +219,12 @@ def _check_domain_settings(problems: Problems, tasks: Sequence[TaskSpec], method
     missing: dict[str, None] = {}
     for task in tasks:
         suite = get_suite(task.suite)
-        for name in methods:
-            for argument in METHODS[name].per_domain:
+        for method in map(get_method, methods):
+            for argument in method.per_domain:
                 try:
-                    suite.domain_setting(task.domain, name, argument)
+                    suite.domain_setting(task.domain, method.name, argument)
                 except LookupError as error:
-                    missing[f"{name} on {task.name}: {error}"] = None
+                    missing[f"{method.name} on {task.name}: {error}"] = None
     for message in missing:
         problems.add(message)
 
@@ -340,16 +341,16 @@ def _parse_hyperparameters(problems: Problems, data: Any, methods: Mapping[str, 
         problems.add(f"hyperparameters must be a mapping, got {data!r}")
         return {}
     for key, value in data.items():
-        accepting = [name for name in methods if key in METHODS[name].constructor_defaults()]
+        accepting = [name for name in methods if key in get_method(name).constructor_defaults()]
         if key in RUNNER_ARGUMENTS:
             problems.add(f"hyperparameters.{key} cannot be set: {RUNNER_ARGUMENTS[key]}")
         elif not accepting:
-            valid = sorted({name for method in methods for name in METHODS[method].constructor_defaults()})
+            valid = sorted({name for method in methods for name in get_method(method).constructor_defaults()})
             problems.add(
                 f"unknown hyperparameter {key!r}: none of the methods {list(methods)} takes it; valid: {', '.join(valid)}"
             )
         else:
-            default = METHODS[accepting[0]].constructor_defaults()[key]
+            default = get_method(accepting[0]).constructor_defaults()[key]
             if (problem := hyperparameter_problem(f"hyperparameters.{key}", key, value, default)) is not None:
                 problems.add(problem)
     return dict(data)

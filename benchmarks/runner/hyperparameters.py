@@ -58,7 +58,12 @@ HYPERPARAMETER_RANGES: dict[str, Range] = {
     "alpha": Range(0.0),
     "bc_alpha": Range(0.0),
     "initial_ent_coef": Range(0.0, low_open=True),
+    "replan_interval": Range(1),  # and at most the chunk length: the algorithm checks that
+    "temporal_ensemble_rate": Range(0.0),
 }
+
+# Arguments whose default is None (off) and that otherwise take a number of this type.
+OPTIONAL_NUMBERS: dict[str, type] = {"replan_interval": int, "temporal_ensemble_rate": float}
 
 
 def is_int(value: Any) -> bool:
@@ -88,6 +93,8 @@ def matches_default_type(key: str, value: Any, default: Any) -> bool:
     """Whether a config value has a type the argument takes (its default's; None defaults take a mapping or None)."""
     if key == "train_freq" and isinstance(value, list):
         return len(value) == 2 and is_int(value[0]) and value[1] in ("step", "episode")
+    if default is None and key in OPTIONAL_NUMBERS and value is not None:
+        return matches_default_type(key, value, OPTIONAL_NUMBERS[key](0))
     if default is None:
         return value is None or isinstance(value, Mapping)
     if isinstance(default, bool):

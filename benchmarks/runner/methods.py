@@ -10,6 +10,7 @@ each of its domains; a domain without one is an error naming the missing key, ne
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,16 +154,25 @@ def paper_domain_settings(
     }
 
 
+# A variant of a method: ``<method>@<label>`` (``QC@k1``), the method with the config's own overrides, reported and
+# stored under its own name (``<out>/<task>/QC@k1/seed0``), so that one config compares settings of one method.
+VARIANT_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
+
+
 def get_method(name: str) -> MethodSpec:
     """
-    The method of that name.
+    The method of that name, or the method of a variant ``<method>@<label>``.
 
-    :param name: The method name
+    :param name: The method name, or a variant's
     :return: The method
     """
-    if name not in METHODS:
-        raise KeyError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}")
-    return METHODS[name]
+    base, variant, label = name.partition("@")
+    if base not in METHODS or (variant and VARIANT_LABEL.fullmatch(label) is None):
+        raise KeyError(
+            f"unknown method {name!r}; valid methods: {', '.join(METHODS)}, or a variant <method>@<label> "
+            "(label of letters, digits and ._=-)"
+        )
+    return METHODS[base]
 
 
 def constructor_arguments(hyperparameters: Mapping[str, Any], offline_steps: int | None) -> dict[str, Any]:

@@ -127,8 +127,8 @@ def check_run_folder(run: RunSpec) -> None:
 
 
 # Settings added after runs were recorded, with the value that reproduces what those runs did: a record without the
-# setting is the configuration that asks for this value (part A's runs predate compile_step).
-SETTINGS_ADDED_LATER: dict[str, Any] = {"compile_step": False}
+# setting is the configuration that asks for this value (part A's runs predate these: whole chunks, eager).
+SETTINGS_ADDED_LATER: dict[str, Any] = {"compile_step": False, "replan_interval": None, "temporal_ensemble_rate": None}
 
 
 def _recorded_before_settings_added(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -92,6 +92,10 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         decay, with its fused implementation)
     :param fast_paths: Swap the fast implementations of :mod:`qc_sb3.accel` into the networks (the same parameters
         and values to float32 rounding); False keeps the plain modules of :mod:`qc_sb3.common.networks`
+
+    :param replan_interval: Actions of each chunk executed before the next decision (None: all of them;
+        :class:`~qc_sb3.common.chunk_execution.ChunkExecution`)
+    :param temporal_ensemble_rate: Rate of temporal ensembling's weights (None: no ensembling)
     """
 
     optimized_modules: ClassVar[tuple[str, ...]]
@@ -115,6 +119,8 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         fast_paths: bool = True,
+        replan_interval: int | None = None,
+        temporal_ensemble_rate: float | None = None,
     ):
         super().__init__(
             observation_space,
@@ -124,6 +130,8 @@ class ActorCriticChunkPolicy(ChunkPolicy):
             features_extractor_class=features_extractor_class,
             features_extractor_kwargs=features_extractor_kwargs,
             normalize_images=normalize_images,
+            replan_interval=replan_interval,
+            temporal_ensemble_rate=temporal_ensemble_rate,
         )
         self.net_arch = net_arch
         self.n_critics = n_critics

@@ -21,6 +21,7 @@ from qc_sb3.accel.compiled_step import CompiledLosses
 from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
+from qc_sb3.common.chunk_execution import ChunkExecutionOptions
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env, with_observation_checks
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
@@ -33,7 +34,7 @@ from qc_sb3.common.policies import ActionQueueState
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
 
 
-class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
+class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
     """
     Base class of every chunked method: an SB3 off-policy algorithm that trains on sliding-window chunks of
     primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed open loop
@@ -43,7 +44,9 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
       callbacks' ``on_training_start`` and before its first env step (or by :meth:`pretrain`). They never count as
       env steps: ``num_timesteps`` stays 0, progress is ``offline_steps_done``, logged as ``offline/*``.
     * Online phase: the policy acts from the first env step; updates start after ``learning_starts`` online steps,
-      logged as ``train/*`` and ``rollout/*`` as in SB3.
+      logged as ``train/*`` and ``rollout/*`` as in SB3. It executes each chunk as ``replan_interval`` and
+      ``temporal_ensemble_rate`` say (:class:`~qc_sb3.common.chunk_execution.ChunkExecution`; so do ``predict`` and
+      :func:`~qc_sb3.common.evaluation.evaluate_success`); the buffer stores the executed actions.
     * Saving records where the offline data came from (a Minari id or folder), not the data; ``load()`` reads it again.
     * NaN or inf in the offline data, an env step or the losses is refused with an error naming the step.
 
@@ -66,6 +69,11 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         None by default (the policies are stochastic)
     :param chunk_size: Length h of the chunks (the reference's ``horizon_length``)
     :param action_chunking: False gives the ``-n`` variants: h-step windows, single actions (docs/algorithms.md §4)
+    :param replan_interval: Actions k of each chunk executed before a new decision from the current observation, in
+        [1, h] (None: whole chunks, the paper's open loop; 1 for the ``-n`` variants); settable later
+    :param temporal_ensemble_rate: Temporal ensembling's rate m >= 0 (None: off): decide at every step and execute
+        the ``exp(-m * i)``-weighted average (i = 0 the oldest) of what the overlapping chunks planned for the step,
+        an action sequence the critic never scored; needs ``replan_interval`` None or 1; settable later
     :param offline_dataset: Offline data: a Minari dataset id or folder, a ``MinariDataset``, a mapping of arrays,
         ``OfflineTransitions``, or :class:`~qc_sb3.OfflineShards`;
         the model saves where it came from, not the data. None: no offline phase (``learn()`` warns that it skips it)
@@ -106,6 +114,8 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         action_noise: ActionNoise | None = None,
         chunk_size: int = 5,
         action_chunking: bool = True,
+        replan_interval: int | None = None,
+        temporal_ensemble_rate: float | None = None,
         offline_dataset: Any = None,
         offline_gradient_steps: int = 1_000_000,
         offline_log_interval: int = 1000,
@@ -160,6 +170,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         if self.env is not None:
             refuse_chunked_env(self.env, type(self).__name__, self.chunk_size)
         self.action_chunking = action_chunking
+        self._set_chunk_execution(self._act_chunk_size(), replan_interval, temporal_ensemble_rate)
         self.offline_dataset = offline_dataset
         self.offline_gradient_steps = offline_gradient_steps
         self.offline_log_interval = offline_log_interval
@@ -194,7 +205,7 @@ class ChunkedOffPolicyAlgorithm(OfflinePhaseMixin):
         # Refuse offline data that does not fit the env before building or training anything.
         offline_data = self._read_offline_data()
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
-        self.policy_kwargs = {**self.policy_kwargs, "chunk_size": self.chunk_size, "action_chunking": self.action_chunking}
+        self.policy_kwargs = {**self.policy_kwargs, **self._chunk_policy_kwargs()}
         super()._setup_model()
         if self._vec_normalize_env is not None and isinstance(self.replay_buffer, DeviceChunkReplayBuffer):
             raise ValueError(

@@ -13,11 +13,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor
 
 from qc_sb3.accel.compiled_decision import CompiledDecision
-
-# The recurrent state that carries the action queues between `predict` calls: the queued chunks, in the
-# buffer's [-1, 1] scale, shape (n_envs, h, A), and the index of the next action to pop per env, shape (n_envs,)
-# (a queue is empty when its index reaches h).
-ActionQueueState = tuple[np.ndarray, np.ndarray]
+from qc_sb3.common.chunk_execution import ActionQueueState, ChunkExecution
 
 
 class ChunkPolicy(BasePolicy):
@@ -27,7 +23,9 @@ class ChunkPolicy(BasePolicy):
     ``predict`` keeps one action queue per env in its recurrent ``state``: when an env's queue is empty it asks
     :meth:`_predict_chunk` for a chunk, then pops one primitive action per call; ``episode_start`` clears the
     queue. SB3's ``evaluate_policy`` and any loop that passes state and episode starts thus execute the chunks
-    open-loop with no special code.
+    open-loop with no special code. ``replan_interval`` and ``temporal_ensemble_rate`` change how many actions of
+    each chunk run before the next decision (:class:`~qc_sb3.common.chunk_execution.ChunkExecution`); both can be
+    set on the policy at any time and hold from the next decision on.
 
     A loop that drops the state (``action, _ = model.predict(obs)``) re-plans at every step: each call samples a
     chunk and executes only its first action, a closed-loop policy at h times the compute. Since that loop is the
@@ -48,6 +46,10 @@ class ChunkPolicy(BasePolicy):
     :param features_extractor_class: Features extractor (flattening by default)
     :param features_extractor_kwargs: Keyword arguments of the features extractor
     :param normalize_images: Whether to divide image observations by 255
+    :param replan_interval: Actions k of each chunk executed before a new decision from the current observation
+        (1 <= k <= act_chunk_size; None: the whole chunk)
+    :param temporal_ensemble_rate: Rate m of temporal ensembling's weights (None: off); ensembling decides at every
+        step and executes, at each step, the weighted average of what the overlapping chunks planned for it
     """
 
     def __init__(
@@ -59,6 +61,8 @@ class ChunkPolicy(BasePolicy):
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
         features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
+        replan_interval: int | None = None,
+        temporal_ensemble_rate: float | None = None,
     ):
         super().__init__(
             observation_space,
@@ -71,6 +75,7 @@ class ChunkPolicy(BasePolicy):
         self.chunk_size = chunk_size
         self.action_chunking = action_chunking
         self.primitive_action_dim = int(np.prod(action_space.shape))
+        self.chunk_execution = ChunkExecution(self.act_chunk_size, replan_interval, temporal_ensemble_rate)
         # Whether the last predict() call got state=None, and whether the re-planning warning was given.
         self._last_predict_without_state = False
         self._warned_predict_without_state = False
@@ -80,6 +85,24 @@ class ChunkPolicy(BasePolicy):
     def act_chunk_size(self) -> int:
         """Number of primitive actions per policy decision: h with action chunking, 1 for the ``-n`` variants."""
         return self.chunk_size if self.action_chunking else 1
+
+    @property
+    def replan_interval(self) -> int | None:
+        """Actions of each chunk executed before the next decision (None: all of them); settable."""
+        return self.chunk_execution.replan_interval
+
+    @replan_interval.setter
+    def replan_interval(self, value: int | None) -> None:
+        self.chunk_execution = ChunkExecution(self.act_chunk_size, value, self.temporal_ensemble_rate)
+
+    @property
+    def temporal_ensemble_rate(self) -> float | None:
+        """Rate of temporal ensembling's weights (None: no ensembling); settable."""
+        return self.chunk_execution.temporal_ensemble_rate
+
+    @temporal_ensemble_rate.setter
+    def temporal_ensemble_rate(self, value: float | None) -> None:
+        self.chunk_execution = ChunkExecution(self.act_chunk_size, self.replan_interval, value)
 
     @property
     def flat_action_dim(self) -> int:
@@ -93,6 +116,8 @@ class ChunkPolicy(BasePolicy):
             action_chunking=self.action_chunking,
             features_extractor_class=self.features_extractor_class,
             features_extractor_kwargs=self.features_extractor_kwargs,
+            replan_interval=self.replan_interval,
+            temporal_ensemble_rate=self.temporal_ensemble_rate,
         )
         return data
 
@@ -154,33 +179,37 @@ class ChunkPolicy(BasePolicy):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, ActionQueueState]:
         """
-        Pop the next primitive action of each env's queue, refilling empty queues with a new chunk.
+        Pop the next primitive action of each env's queue, deciding a new chunk where the queue is due (empty, or
+        ``replan_interval`` actions into its chunk); with temporal ensembling, decide at every step and average.
 
         :param observation: One observation, or a batch of n_envs observations
         :param state: The queues returned by the previous call (None: all queues empty)
         :param episode_start: Per env, whether an episode starts at this observation (clears its queue)
-        :param deterministic: Refill queues with the policy's deterministic chunk instead of a sample
+        :param deterministic: Decide with the policy's deterministic chunk instead of a sample
         :return: One primitive action per env in the env's scale, and the updated queues
         """
         self._warn_if_state_is_dropped(state, episode_start)
         self.set_training_mode(False)
         observation_tensor, vectorized_env = self.obs_to_tensor(observation)
         n_envs = observation_tensor.shape[0]
-        chunks, next_index = self._queues_for(state, n_envs)
+        execution = self.chunk_execution
+        if state is None:
+            state = execution.empty_queues(n_envs, self.primitive_action_dim)
+        else:
+            state = execution.copy_queues(state, n_envs, self.primitive_action_dim)
         if episode_start is not None:
-            next_index[np.asarray(episode_start, dtype=bool).reshape(n_envs)] = self.act_chunk_size
-        empty = next_index >= self.act_chunk_size
-        if empty.any():
-            new_chunks = self._decide(observation_tensor[th.as_tensor(empty, device=self.device)], deterministic)
-            chunks[empty] = new_chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
-            next_index[empty] = 0
-        scaled_actions = chunks[np.arange(n_envs), next_index]
-        next_index += 1
+            state[1][np.asarray(episode_start, dtype=bool).reshape(n_envs)] = self.act_chunk_size
+
+        def decide(envs: np.ndarray) -> np.ndarray:
+            chunks = self._decide(observation_tensor[th.as_tensor(envs, device=self.device)], deterministic)
+            return chunks.cpu().numpy().reshape(-1, self.act_chunk_size, self.primitive_action_dim)
+
+        scaled_actions, state = execution.step(state, decide)
         actions = self.unscale_action(scaled_actions).reshape(n_envs, *self.action_space.shape)
         actions = np.clip(actions, self.action_space.low, self.action_space.high)
         if not vectorized_env:
             actions = actions.squeeze(axis=0)
-        return actions, (chunks, next_index)
+        return actions, state
 
     def _warn_if_state_is_dropped(self, state: ActionQueueState | None, episode_start: np.ndarray | None) -> None:
         """
@@ -189,7 +218,10 @@ class ChunkPolicy(BasePolicy):
         counted.
         """
         without_state = state is None and (episode_start is None or not np.all(episode_start))
-        dropped = without_state and self._last_predict_without_state and self.act_chunk_size > 1
+        # Dropping the state changes nothing where every step decides anew without ensembling (k = 1).
+        execution = self.chunk_execution
+        replans = execution.interval > 1 or execution.temporal_ensemble_rate is not None
+        dropped = without_state and self._last_predict_without_state and self.act_chunk_size > 1 and replans
         if dropped and not self._warned_predict_without_state:
             warnings.warn(
                 f"predict() was called twice in a row with state=None: each call samples a new chunk of "
@@ -202,16 +234,3 @@ class ChunkPolicy(BasePolicy):
             )
             self._warned_predict_without_state = True
         self._last_predict_without_state = without_state
-
-    def _queues_for(self, state: ActionQueueState | None, n_envs: int) -> ActionQueueState:
-        """Copies of the given queues (so a caller's state is never modified), or n_envs empty queues."""
-        if state is None:
-            chunks = np.zeros((n_envs, self.act_chunk_size, self.primitive_action_dim), dtype=np.float32)
-            return chunks, np.full(n_envs, self.act_chunk_size, dtype=np.int64)
-        chunks, next_index = state
-        if chunks.shape != (n_envs, self.act_chunk_size, self.primitive_action_dim) or next_index.shape != (n_envs,):
-            raise ValueError(
-                f"action-queue state has chunks of shape {chunks.shape} and indices of shape {next_index.shape}, "
-                f"expected {(n_envs, self.act_chunk_size, self.primitive_action_dim)} and {(n_envs,)} for {n_envs} env(s)"
-            )
-        return chunks.copy(), next_index.copy()

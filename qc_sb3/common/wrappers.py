@@ -57,6 +57,12 @@ class ChunkedActionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     run where the env steps in the learner's process (a ``DummyVecEnv``), not inside ``SubprocVecEnv`` workers.
     The chunked algorithms of this library (QC, QC-FQL, RLPD) chunk actions themselves and refuse this wrapper.
 
+    The wrapper has no re-planning or temporal ensembling (the ``replan_interval`` and ``temporal_ensemble_rate`` of
+    qc_sb3's algorithms), on purpose: the chunk is the SB3 algorithm's action, scored by its critic and bootstrapped
+    after the macro step. Executing only its first k actions would leave the other entries of the action unused by
+    the env, the k-step chunk MDP with dead action dimensions, which ``chunk_size=k`` gives directly; averaging with
+    chunks of earlier macro steps would make the executed actions depend on a history the observation does not show.
+
     :param env: Environment to wrap; its action space must be a ``gymnasium.spaces.Box``
     :param chunk_size: Number of primitive actions per macro-action (h >= 1)
     :param gamma: Discount factor, in [0, 1], used for the in-chunk reward sum and ``chunk_discount``

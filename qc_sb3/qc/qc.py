@@ -36,6 +36,12 @@ class QC(FlowQAlgorithm):
         None by default (the policies are stochastic)
     :param chunk_size: Chunk length h (the reference's ``horizon_length``)
     :param action_chunking: False gives BFN-n: h-step windows, single actions
+    :param replan_interval: Actions k of each chunk executed before a new decision from the current observation, in
+        [1, h] (None: whole chunks, the paper's open loop); settable later. The decision is unchanged; fewer of its
+        actions run (docs/algorithms.md §5)
+    :param temporal_ensemble_rate: Temporal ensembling's rate m (None: off): decide at every step and execute the
+        weighted average of what the overlapping chunks planned for the step (ACT's weights), a sequence the critic
+        never scored; settable later
     :param actor_num_samples: Number N of flow samples of best-of-N (paper: 32; puzzle 64, robomimic 16; BFN 4)
     :param flow_steps: Euler steps T of the flow sampler
     :param n_critics: Critic ensemble size K

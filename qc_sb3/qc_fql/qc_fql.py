@@ -34,6 +34,12 @@ class QCFQL(FlowQAlgorithm):
     :param gradient_steps: Gradient steps per update (the update-to-data ratio)
     :param chunk_size: Chunk length h (the reference's ``horizon_length``)
     :param action_chunking: False gives FQL-n: h-step windows, single actions
+    :param replan_interval: Actions k of each chunk executed before a new decision from the current observation, in
+        [1, h] (None: whole chunks, the paper's open loop); settable later. The decision is unchanged; fewer of its
+        actions run (docs/algorithms.md §5)
+    :param temporal_ensemble_rate: Temporal ensembling's rate m (None: off): decide at every step and execute the
+        weighted average of what the overlapping chunks planned for the step (ACT's weights), a sequence the critic
+        never scored; settable later
     :param alpha: Weight of the distillation loss (reference default 100; paper per domain: scene, puzzle-3x3,
         cube-double 300; cube-triple, cube-quadruple 100; robomimic 10000)
     :param flow_steps: Euler steps T of the flow sampler

@@ -54,6 +54,9 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         the [-1, 1] scale, then clipped, as SB3 adds it; the env executes and the buffer stores the noisy action.
         None by default (the policies are stochastic)
     :param chunk_size: Chunk length h: 1 for RLPD, 5 for RLPD-AC and QC-RLPD
+    :param replan_interval: Actions k of each chunk executed before a new decision, in [1, h] (None: whole chunks);
+        settable later (see ``ChunkedOffPolicyAlgorithm``)
+    :param temporal_ensemble_rate: Temporal ensembling's rate (None: off; see ``ChunkedOffPolicyAlgorithm``)
     :param n_critics: Critic ensemble size K
     :param bc_alpha: Weight of the behavior-cloning term ``-mean_B log pi(a_data | s)`` (0: RLPD, RLPD-AC;
         0.01: QC-RLPD)
@@ -91,6 +94,8 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         gradient_steps: int = 1,
         action_noise: ActionNoise | None = None,
         chunk_size: int = 1,
+        replan_interval: int | None = None,
+        temporal_ensemble_rate: float | None = None,
         n_critics: int = 10,
         bc_alpha: float = 0.0,
         initial_ent_coef: float = 1.0,
@@ -120,6 +125,8 @@ class RLPD(ChunkedOffPolicyAlgorithm):
             action_noise=action_noise,
             chunk_size=chunk_size,
             action_chunking=True,
+            replan_interval=replan_interval,
+            temporal_ensemble_rate=temporal_ensemble_rate,
             offline_dataset=offline_dataset,
             offline_gradient_steps=0,  # docs/algorithms.md §4: no offline pre-training
             offline_sparse_rewards=offline_sparse_rewards,
