@@ -284,6 +284,17 @@ def test_save_and_load_keep_the_options(algorithm, options, tmp_path):
     assert type(model.policy).load(tmp_path / "policy.pth", device="cpu").chunk_execution == expected
 
 
+def test_load_keyword_arguments_override_the_saved_options(tmp_path):
+    # As SB3's load(path, **kwargs) overrides saved attributes, the options given to load() are the ones in force.
+    QC("MlpPolicy", gym.make("Pendulum-v1"), chunk_size=H, policy_kwargs={"net_arch": [8]}, device="cpu").save(
+        tmp_path / "model.zip"
+    )
+    loaded = QC.load(tmp_path / "model.zip", device="cpu", replan_interval=2)
+    assert loaded.policy.chunk_execution == ChunkExecution(H, replan_interval=2)
+    with pytest.raises(ValueError, match="got 9"):
+        QC.load(tmp_path / "model.zip", device="cpu", replan_interval=9)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

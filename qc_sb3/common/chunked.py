@@ -243,10 +243,12 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         zip, or the model of another algorithm (e.g. a QC-FQL or SB3 SAC zip given to ``QC.load``), is refused with
         a ValueError that says so and names the algorithm found.
 
-        The parameters are those of :meth:`stable_baselines3.common.base_class.BaseAlgorithm.load`.
+        The parameters are those of :meth:`stable_baselines3.common.base_class.BaseAlgorithm.load`; as there,
+        ``kwargs`` override saved attributes, ``replan_interval`` and ``temporal_ensemble_rate`` included.
         """
         check_model_file(path, cls, _all_subclasses(ChunkedOffPolicyAlgorithm), custom_objects)
-        return super().load(
+        execution = {key: kwargs.pop(key) for key in ("replan_interval", "temporal_ensemble_rate") if key in kwargs}
+        model = super().load(
             path,
             env=env,
             device=device,
@@ -255,6 +257,9 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
             force_reset=force_reset,
             **kwargs,
         )
+        for key, value in execution.items():  # properties of the policy: set after it is rebuilt
+            setattr(model, key, value)
+        return model
 
     def _excluded_save_params(self) -> list[str]:
         excluded = [
