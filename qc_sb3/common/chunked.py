@@ -248,15 +248,7 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         """
         check_model_file(path, cls, _all_subclasses(ChunkedOffPolicyAlgorithm), custom_objects)
         execution = {key: kwargs.pop(key) for key in ("replan_interval", "temporal_ensemble_rate") if key in kwargs}
-        model = super().load(
-            path,
-            env=env,
-            device=device,
-            custom_objects=custom_objects,
-            print_system_info=print_system_info,
-            force_reset=force_reset,
-            **kwargs,
-        )
+        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
         for key, value in execution.items():  # properties of the policy: set after it is rebuilt
             setattr(model, key, value)
         return model
