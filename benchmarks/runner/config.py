@@ -41,6 +41,7 @@ import yaml
 
 from qc_sb3.benchmarks.runner.hyperparameters import hyperparameter_problem, is_int
 from qc_sb3.benchmarks.runner.methods import METHODS, RUNNER_ARGUMENTS
+from qc_sb3.benchmarks.runner.paths import NAME_RULE, is_valid_name
 from qc_sb3.benchmarks.runner.specs import REQUIRED, BenchmarkConfig, Execution, Option, Protocol, TaskSpec
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task, task_names, unavailable_suites
 
@@ -142,9 +143,12 @@ def load_config(
     for key in ("name", "description", "out", "dataset_cache"):
         if data.get(key) is not None and not isinstance(data[key], str):
             problems.add(f"{key} must be a string, got {data[key]!r}")
+    config_name = data.get("name") or name or "benchmark"
+    if isinstance(config_name, str) and not is_valid_name(config_name):
+        problems.add(f"name {config_name!r} (the results folder's name, results/<name>) is not valid: use {NAME_RULE}")
     problems.raise_if_any(label)
     return BenchmarkConfig(
-        name=str(data.get("name") or name or "benchmark"),
+        name=str(config_name),
         tasks=tasks,
         methods=methods,
         seeds=seeds,
