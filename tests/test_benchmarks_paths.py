@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
+from qc_sb3.benchmarks.report import write_report
 from qc_sb3.benchmarks.run import main
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config
 
@@ -26,3 +29,41 @@ def test_the_runner_refuses_a_config_name_that_leaves_the_results_folder(tmp_pat
     assert main([str(config), "--no-report"]) == 2
     assert "is not valid" in " ".join(capsys.readouterr().out.split())
     assert sorted(os.listdir(tmp_path)) == ["toy.yaml", "work"] and not os.listdir(work)
+
+
+def write_run(results: Path, folder: str, task: str, successes: tuple[float, float] = (0.5, 1.0)) -> Path:
+    """A finished offline-only run as the runner writes it, under ``results/<folder>/QC/seed0``, naming ``task``."""
+    run_dir = results / folder / "QC" / "seed0"
+    run_dir.mkdir(parents=True)
+    config = {
+        "task": task,
+        "suite": "ogbench",
+        "domain": "cube-double",
+        "method": "QC",
+        "seed": 0,
+        "protocol": {"offline_steps": 200, "online_steps": 0, "eval_interval": 100, "eval_episodes": 5},
+    }
+    (run_dir / "config.json").write_text(json.dumps(config))
+    rows = "step,phase,success,return\n" + "".join(f"{100 * (k + 1)},offline,{s},-1.0\n" for k, s in enumerate(successes))
+    (run_dir / "eval.csv").write_text(rows)
+    return run_dir
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(path.relative_to(folder)) for path in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("escape", ["../../../escaped", "absolute"])
+def test_a_report_never_writes_where_a_runs_config_names_its_task(tmp_path, escape):
+    results = tmp_path / "a" / "b" / "results"
+    outside = tmp_path / "outside"
+    task = str(outside / "escaped") if escape == "absolute" else escape
+    write_run(results, "cube-double-play-singletask-task2-v0", "cube-double-play-singletask-task2-v0")
+    bad = write_run(results, "bad", task)
+    before = files_under(tmp_path)
+    with pytest.warns(UserWarning, match=f"{bad / 'config.json'}: task .* is not a valid name.*skipped"):
+        out = write_report(results)
+    written = files_under(tmp_path) - before
+    assert all(path.startswith("a/b/results/report") for path in written), written
+    assert (out / "cube-double-play-singletask-task2-v0.png").is_file() and not outside.exists()
+    assert "escaped" not in (out / "curves.csv").read_text()
