@@ -4,12 +4,12 @@ Run: ``python -m qc_sb3.benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [-
 [--data-dir [SUITE=]DIR] [--no-report]``.
 
 In order: the config is checked in full (unknown tasks, methods or keys, bad values, hyperparameters the algorithms
-refuse, missing dataset folders and files, run folders holding another configuration's results) before any folder is
-made; the offline datasets are prepared once, in this process (generated and converted, or converted from the
-official files, and cached; a second runner on the same cache waits for the first); the runs execute, finished ones
-skipped and interrupted ones resumed (:mod:`qc_sb3.benchmarks.runner.runs`), with one progress line per run; a run
-another runner is working on is skipped as ``busy``, and a run whose folder is damaged fails alone; last, the report
-(:mod:`qc_sb3.benchmarks.report`) is written to ``OUT/report``.
+refuse, missing dataset folders and files, run folders holding another configuration's results or symbolic links)
+before any folder is made; the offline datasets are prepared once, in this process (generated and converted, or
+converted from the official files, and cached; a second runner on the same cache waits for the first); the runs
+execute, finished ones skipped and interrupted ones resumed (:mod:`qc_sb3.benchmarks.runner.runs`), with one progress
+line per run; a run another runner is working on is skipped as ``busy``, and a run whose folder is damaged fails
+alone; last, the report (:mod:`qc_sb3.benchmarks.report`) is written to ``OUT/report``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from qc_sb3.benchmarks.runner.datasets import prepare_datasets
 from qc_sb3.benchmarks.runner.evaluations import DamagedRunError
 from qc_sb3.benchmarks.runner.executors import local_workers, run_in_process, run_local_pool, run_on_ray
 from qc_sb3.benchmarks.runner.locks import folder_lock
+from qc_sb3.benchmarks.runner.paths import UnsafePathError, check_run_paths
 from qc_sb3.benchmarks.runner.planning import default_dataset_cache, plan_runs
 from qc_sb3.benchmarks.runner.progress import ProgressMonitor
 from qc_sb3.benchmarks.runner.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
@@ -90,6 +91,7 @@ def run_benchmark(
     runs = plan_runs(config, out, seeds)
     damaged: dict[str, dict[str, Any]] = {}
     for run in runs:
+        check_run_paths(run.run_dir, len(Path(run.name).parts))
         try:
             check_run_folder(run)
         except DamagedRunError as error:
@@ -154,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: Arguments (default: the command line's)
     :return: The exit status: 0 if every run finished, 1 if some failed or were busy (another runner works on them),
-        2 for a bad config or a run folder that holds another configuration's results (nothing runs then)
+        2 for a bad config, a run folder that holds another configuration's results, or one that is or holds a
+        symbolic link (nothing runs then)
     """
     parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
@@ -181,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report=not args.no_report,
             console=console,
         )
-    except (ConfigError, RunConflictError) as error:
+    except (ConfigError, RunConflictError, UnsafePathError) as error:
         console.print(f"[red]error:[/] {error}", highlight=False)
         return 2
     return 0 if all(summary["status"] in ("done", "skipped") for summary in summaries) else 1

@@ -11,6 +11,11 @@ import pytest
 from qc_sb3.benchmarks.report import write_report
 from qc_sb3.benchmarks.run import main
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config
+from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.locks import folder_lock
+from qc_sb3.benchmarks.runner.paths import UnsafePathError
+from qc_sb3.benchmarks.runner.planning import plan_runs
+from qc_sb3.benchmarks.runner.runs import execute_run
 
 from test_benchmarks_toys import toy_config, toy_suite, write_config  # noqa: F401 (autouse fixture of this module)
 
@@ -67,3 +72,59 @@ def test_a_report_never_writes_where_a_runs_config_names_its_task(tmp_path, esca
     assert all(path.startswith("a/b/results/report") for path in written), written
     assert (out / "cube-double-play-singletask-task2-v0.png").is_file() and not outside.exists()
     assert "escaped" not in (out / "curves.csv").read_text()
+
+
+def prepared_run(out: Path):
+    """The toy config's one run, its dataset prepared under ``out``."""
+    (run,) = prepare_datasets(plan_runs(load_config(toy_config()), out), out / "datasets")
+    return run
+
+
+OUTSIDE_TEXT = "a file outside the results folder\n" * 30
+
+
+@pytest.fixture
+def outside_file(tmp_path) -> Path:
+    path = tmp_path / "elsewhere" / "precious.txt"
+    path.parent.mkdir()
+    path.write_text(OUTSIDE_TEXT)
+    return path
+
+
+def test_a_lock_file_that_is_a_symlink_is_refused_not_followed(tmp_path, outside_file):
+    folder = tmp_path / "results" / "datasets"
+    folder.mkdir(parents=True)
+    (folder / ".lock").symlink_to(outside_file)
+    with pytest.raises(UnsafePathError, match=r"\.lock is a symbolic link"), folder_lock(folder):
+        pass
+    assert outside_file.read_text() == OUTSIDE_TEXT
+
+
+def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path):
+    os.mkfifo(tmp_path / ".lock")
+    with pytest.raises(UnsafePathError, match=r"\.lock is not a regular file"), folder_lock(tmp_path):
+        pass
+
+
+@pytest.mark.parametrize("planted", ["config.json", "eval.csv", ".lock", "checkpoints"])
+def test_a_run_folder_holding_a_symlink_is_refused_and_the_target_left_unchanged(tmp_path, outside_file, planted):
+    run = prepared_run(tmp_path / "results")
+    run_dir = Path(run.run_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / planted).symlink_to(outside_file if planted != "checkpoints" else outside_file.parent)
+    with pytest.raises(UnsafePathError, match=f"{run_dir / planted} is a symbolic link"):
+        execute_run(run)
+    assert outside_file.read_text() == OUTSIDE_TEXT and os.listdir(outside_file.parent) == ["precious.txt"]
+    assert sorted(os.listdir(run_dir)) == [planted]
+
+
+def test_a_run_folder_that_links_outside_the_results_folder_is_refused_before_any_work(tmp_path, outside_file, capsys):
+    out = tmp_path / "results"
+    config = write_config(tmp_path / "toy.yaml", toy_config())
+    seed_dir = out / "point-reach" / "QC" / "seed0"
+    seed_dir.parent.mkdir(parents=True)
+    seed_dir.symlink_to(outside_file.parent, target_is_directory=True)
+    assert main([str(config), "--out", str(out), "--no-report"]) == 2
+    assert "is a symbolic link inside the results folder" in " ".join(capsys.readouterr().out.split())
+    assert os.listdir(outside_file.parent) == ["precious.txt"] and outside_file.read_text() == OUTSIDE_TEXT
+    assert sorted(os.listdir(out)) == ["point-reach"]  # no dataset was prepared

@@ -72,6 +72,7 @@ from qc_sb3.benchmarks.runner.evaluations import (
 )
 from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.methods import constructor_arguments
+from qc_sb3.benchmarks.runner.paths import UnsafePathError, check_run_paths
 from qc_sb3.benchmarks.runner.progress import ProgressWriter
 from qc_sb3.benchmarks.runner.provenance import package_versions, source_revision
 from qc_sb3.benchmarks.runner.specs import RunSpec
@@ -86,6 +87,7 @@ DONE_FILE = "DONE"
 ERROR_FILE = "error.txt"
 # Offline gradient steps between two progress updates.
 OFFLINE_PIECE = 1000
+PHASES = ("offline", "online")
 
 # Called with an event name ("evaluated": the CSV has the new row; "checkpointed": the checkpoint is current) and the
 # run; a hook that raises stops the run there, as a kill would.
@@ -171,8 +173,10 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
     :return: A summary: ``run``, ``status`` (``done``, ``skipped``, or ``busy`` when another process holds the run's
         folder, with an ``error`` naming it), ``offline_success``, ``online_success``, ``wall_time``
     :raises RunConflictError: If the folder holds results of another configuration (nothing is written to it)
+    :raises UnsafePathError: If it is or holds a symbolic link, or lies outside its results folder (nothing is written)
     """
     run_dir = Path(run.run_dir)
+    check_run_paths(run_dir, len(Path(run.name).parts))  # before anything is made or read in it
     if is_done(run):
         # Nothing is written: a finished run's folder stays as it is. Its results must be this config's, though.
         check_run_folder(run)
@@ -184,7 +188,7 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
             return {"run": run.name, "status": "busy", "error": f"{error}: skipped (run the command again once it ends)"}
         try:
             return _execute_locked(run, hook)
-        except RunConflictError:
+        except (RunConflictError, UnsafePathError):  # nothing is written to a folder that is not this run's
             raise
         except Exception as error:
             # Recorded while the lock is held: the folder is this run's, and no other runner writes to it meanwhile.
@@ -225,7 +229,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.
     rows = rows[: state.evaluations_done]
     write_rows(run_dir / EVAL_FILE, rows)
-    loggers = {phase: _tensorboard_logger(run_dir, phase) for phase in ("offline", "online")}
+    loggers: dict[str, Logger] = {phase: configure(str(run_dir / "tensorboard" / phase), ["tensorboard"]) for phase in PHASES}
     try:
         for index in range(state.evaluations_done, len(points)):
             point = points[index]
@@ -356,10 +360,6 @@ def _record_versions(run_dir: Path, state: CheckpointState) -> None:
         }
     )
     write_json(path, {"sessions": sessions})
-
-
-def _tensorboard_logger(run_dir: Path, phase: str) -> Logger:
-    return configure(str(run_dir / "tensorboard" / phase), ["tensorboard"])
 
 
 def _phase_steps(run: RunSpec, phase: str) -> int:
