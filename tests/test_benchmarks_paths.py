@@ -128,3 +128,31 @@ def test_a_run_folder_that_links_outside_the_results_folder_is_refused_before_an
     assert "is a symbolic link inside the results folder" in " ".join(capsys.readouterr().out.split())
     assert os.listdir(outside_file.parent) == ["precious.txt"] and outside_file.read_text() == OUTSIDE_TEXT
     assert sorted(os.listdir(out)) == ["point-reach"]  # no dataset was prepared
+
+
+@pytest.mark.parametrize("unwritable", ["out", "dataset_cache"])
+def test_a_folder_that_cannot_be_made_is_refused_before_any_dataset_is_made(tmp_path, capsys, unwritable):
+    (tmp_path / "a-file").write_text("not a folder")
+    folders = {"out": tmp_path / "results", "dataset_cache": tmp_path / "cache"}
+    folders[unwritable] = tmp_path / "a-file" / unwritable
+    changes = {key: str(folder) for key, folder in folders.items()}
+    config = write_config(tmp_path / "toy.yaml", toy_config(**changes))
+    assert main([str(config)]) == 2
+    message = "".join(capsys.readouterr().out.split())  # rich wraps lines, even inside a path
+    assert "".join(f"{folders[unwritable]} cannot be made: {tmp_path / 'a-file'} is not a folder".split()) in message
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "toy.yaml"]  # nothing made, no dataset generated
+
+
+def test_a_read_only_results_folder_is_refused_before_any_dataset_is_made(tmp_path, capsys):
+    out = tmp_path / "results"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        if os.access(out, os.W_OK):
+            pytest.skip("this user writes in read-only folders (root); the test above covers a folder that cannot be made")
+        config = write_config(tmp_path / "toy.yaml", toy_config(out=str(out)))
+        assert main([str(config)]) == 2
+        assert f"theresultsfolder{out}isnotwritable" in "".join(capsys.readouterr().out.split())
+        assert not os.listdir(out)
+    finally:
+        out.chmod(0o755)

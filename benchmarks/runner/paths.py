@@ -96,3 +96,27 @@ def check_run_paths(run_dir: str | os.PathLike, levels: int) -> None:
                     f"{os.path.join(folder, name)} is a symbolic link inside a run folder, where the runner expects "
                     "its own files: refusing to write through it; replace the link by a copy of its target"
                 )
+
+
+class NotWritableError(ValueError):
+    """A folder the runner must write in that it cannot make or write in."""
+
+
+def check_writable_folder(folder: str | os.PathLike, what: str) -> None:
+    """
+    Refuse a folder that this process can neither write in nor make: checked before any work, so that a run fails at
+    once rather than once its datasets are made.
+
+    :param folder: The folder (it may not exist yet: then its nearest existing parent must be a writable folder)
+    :param what: What it is, for the message (``results folder``, ``dataset cache``)
+    :raises NotWritableError: If it cannot be written in or made
+    """
+    folder = Path(folder)
+    existing = next(path for path in [folder, *folder.absolute().parents] if path.exists())
+    if not existing.is_dir():
+        raise NotWritableError(f"the {what} {folder} cannot be made: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == folder else f" (its nearest existing parent {existing} is not)"
+        raise NotWritableError(
+            f"the {what} {folder} is not writable{where}: check its permissions and whether its file system is read-only"
+        )
