@@ -16,6 +16,7 @@ written to ``OUT/report``.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ from qc_sb3.benchmarks.runner.runs import RunConflictError, check_run_folder, ex
 from qc_sb3.benchmarks.runner.specs import Execution, RunSpec
 
 DEFAULT_RESULTS_ROOT = "results"
+# The exit status of a runner stopped by Ctrl-C, as shells report a process that SIGINT ended (128 + 2).
+INTERRUPTED = 130
 
 
 def apply_data_dirs(data: Mapping[str, Any], data_dirs: Sequence[str]) -> dict[str, Any]:
@@ -161,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     :param argv: Arguments (default: the command line's)
     :return: The exit status: 0 if every run finished, 1 if some failed or were busy (another runner works on them),
         2 for a bad config, a run folder that holds another configuration's results, or one that is or holds a
-        symbolic link, or a results folder or dataset cache that cannot be written in (nothing runs then)
+        symbolic link, or a results folder or dataset cache that cannot be written in (nothing runs then), 130 when
+        Ctrl-C stopped it (its workers too; one line says how to resume)
     """
     parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
@@ -173,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data-dir", action="append", default=[], metavar="[SUITE=]DIR", help="folder of a suite's official dataset files"
     )
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(arguments)
     if args.workers is not None and args.workers < 0:
         parser.error(f"--workers must be >= 0, got {args.workers}")
     console = Console()
@@ -191,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, RunConflictError, UnsafePathError, NotWritableError) as error:
         console.print(f"[red]error:[/] {error}", highlight=False)
         return 2
+    except KeyboardInterrupt:
+        command = shlex.join(["python", "-m", "qc_sb3.benchmarks.run", *arguments])
+        console.print(f"interrupted: the runs keep their latest checkpoints; to resume, run again: {command}", highlight=False)
+        return INTERRUPTED
     return 0 if all(summary["status"] in ("done", "skipped") for summary in summaries) else 1
 
 
