@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.runner.atomic import remove_stale_temporaries
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config, read_config_data
 from qc_sb3.benchmarks.runner.datasets import prepare_datasets
 from qc_sb3.benchmarks.runner.evaluations import DamagedRunError
@@ -118,6 +119,7 @@ def run_benchmark(
 
         # One runner at a time prepares datasets in a cache; another waits for it, then finds them made.
         with folder_lock(cache, wait=True, on_wait=log):
+            remove_stale_temporaries(cache, recursive=True)  # of generators and converters killed mid-write
             pending = prepare_datasets(pending, cache, workers=max(n_workers, 1), progress=console.is_terminal, log=log)
     # Finished runs are reported as skipped here; only the others go to the executor.
     by_name = {**damaged, **{run.name: execute_run_safely(run) for run in runs_to_do if is_done(run)}}
