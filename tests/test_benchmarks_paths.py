@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.report import load_results, write_report
 from qc_sb3.benchmarks.run import main
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config
 from qc_sb3.benchmarks.runner.datasets import prepare_datasets
@@ -156,3 +156,15 @@ def test_a_read_only_results_folder_is_refused_before_any_dataset_is_made(tmp_pa
         assert not os.listdir(out)
     finally:
         out.chmod(0o755)
+
+
+def test_a_report_follows_symlinked_run_folders_and_reads_each_once(tmp_path):
+    results = tmp_path / "results"
+    write_run(results, "cube-double-play-singletask-task2-v0", "cube-double-play-singletask-task2-v0", (0.0, 0.5))
+    elsewhere = write_run(tmp_path / "elsewhere", "scene-play-singletask-task1-v0", "scene-play-singletask-task1-v0")
+    (results / "scene-play-singletask-task1-v0").symlink_to(elsewhere.parents[1], target_is_directory=True)
+    (results / "loop").symlink_to(results, target_is_directory=True)  # a cycle: read once, not forever
+    loaded = load_results(results)
+    assert sorted(set(loaded["task"])) == ["cube-double-play-singletask-task2-v0", "scene-play-singletask-task1-v0"]
+    assert len(loaded) == 4  # two evaluations per run, each run once
+    assert set(loaded.loc[loaded["task"] == "scene-play-singletask-task1-v0", "success"]) == {0.5, 1.0}

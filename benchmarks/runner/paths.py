@@ -120,3 +120,25 @@ def check_writable_folder(folder: str | os.PathLike, what: str) -> None:
         raise NotWritableError(
             f"the {what} {folder} is not writable{where}: check its permissions and whether its file system is read-only"
         )
+
+
+def find_files(root: str | os.PathLike, name: str) -> list[Path]:
+    """
+    The files of a name under a folder, following symbolic links to folders (``Path.rglob`` does not): a results
+    folder assembled from links to run folders elsewhere is read whole. A folder reached twice (a link cycle, or
+    two links to one folder) is read once.
+
+    :param root: The folder
+    :param name: The files' name
+    :return: Their paths under ``root``, sorted
+    """
+    found, seen = [], set()
+    for folder, folders, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            folders.clear()
+            continue
+        seen.add(real)
+        if name in files:
+            found.append(Path(folder) / name)
+    return sorted(found)
