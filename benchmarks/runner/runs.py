@@ -20,15 +20,15 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 
 The offline phase runs ``model.pretrain`` in blocks of ``eval_interval`` gradient steps, the online phase
 ``model.learn(block, reset_num_timesteps=False)``; after each block the run is evaluated (``eval_episodes`` episodes
-with the stochastic policy on a fresh env seeded from the run's seed and the evaluation's index), the row appended to
-the CSV, and a checkpoint written. A killed run resumes from its latest checkpoint: model, optimizers, replay buffer,
-counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run that was not interrupted.
-Resumed in the online phase, it continues from the same state, but its training env starts a new episode (an env's
-simulator state is not saved): the interrupted episode is closed in the buffer as a truncation. The model is rebuilt
-from the run's config and the checkpoint's states put into it; nothing a checkpoint holds is unpickled
-(:mod:`qc_sb3.benchmarks.runner.checkpoints`). A resumed run's ``eval.csv`` must hold the rows its checkpoint has
-done; a run whose rows were lost is refused (those evaluations cannot be taken again), as is a damaged checkpoint: the
-run fails with a message saying so, and the other runs go on.
+with the stochastic policy on the run's evaluation env, seeded anew from the run's seed and the evaluation's index),
+the row appended to the CSV, and a checkpoint written. A killed run resumes from its latest checkpoint: model,
+optimizers, replay buffer, counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run
+that was not interrupted. Resumed in the online phase, it continues from the same state, but its training env starts a
+new episode (an env's simulator state is not saved): the interrupted episode is closed in the buffer as a truncation.
+The model is rebuilt from the run's config and the checkpoint's states put into it; nothing a checkpoint holds is
+unpickled (:mod:`qc_sb3.benchmarks.runner.checkpoints`). A resumed run's ``eval.csv`` must hold the rows its
+checkpoint has done; a run whose rows were lost is refused (those evaluations cannot be taken again), as is a damaged
+checkpoint: the run fails with a message saying so, and the other runs go on.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ from qc_sb3.benchmarks.runner.checkpoints import (
 from qc_sb3.benchmarks.runner.evaluations import (
     EVAL_FILE,
     DamagedRunError,
+    EvaluationEnv,
     EvaluationPoint,
     check_rows,
-    evaluation_env,
     evaluation_points,
     evaluation_row,
     final_successes,
@@ -230,16 +230,13 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     rows = rows[: state.evaluations_done]
     write_rows(run_dir / EVAL_FILE, rows)
     loggers: dict[str, Logger] = {phase: configure(str(run_dir / "tensorboard" / phase), ["tensorboard"]) for phase in PHASES}
+    eval_env = EvaluationEnv(run)
     try:
         for index in range(state.evaluations_done, len(points)):
             point = points[index]
             model.set_logger(loggers[point.phase])
             _advance(model, run, point, progress)
-            eval_env = evaluation_env(run, index)
-            try:
-                results = evaluate_success(model, eval_env, run.protocol.eval_episodes, warn=False)
-            finally:
-                eval_env.close()
+            results = evaluate_success(model, eval_env.seeded(index), run.protocol.eval_episodes, warn=False)
             wall_time = earlier_wall_time + time.monotonic() - session_start
             rows.append(evaluation_row(run, point, model, results, wall_time))
             write_rows(run_dir / EVAL_FILE, rows)
@@ -261,6 +258,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     finally:
         for logger in loggers.values():
             logger.close()
+        eval_env.close()
         env.close()
     try:
         export_run(run_dir)  # train_stats.csv: the training statistics, small enough to commit
