@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +59,7 @@ from qc_sb3.benchmarks.reports.paper_comparison import (
 )
 from qc_sb3.benchmarks.reports.stats import bootstrap_mean_ci, stratified_bootstrap_ci
 from qc_sb3.benchmarks.runner.campaigns import campaign_keys, campaign_names, describe_campaign
+from qc_sb3.benchmarks.runner.paths import NAME_RULE, find_files, is_valid_name
 from qc_sb3.benchmarks.runner.training_stats import TRAIN_STATS_FILE, training_stats_section
 
 
@@ -65,20 +67,27 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
     """
     Every evaluation row of a results folder, with its run's task, suite, domain, method, seed and protocol.
 
-    :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it)
+    :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it;
+        symbolic links to folders are followed)
     :param finished_only: Read only finished runs (those with a ``DONE`` file)
     :return: One row per evaluation; empty if there is none. ``run_dir`` is the run's folder, ``campaign`` its
         campaign's key, ``folder`` the folders between ``results_dir`` and its task folder. ``method`` is
         ``"<method> (<implementation>)"`` for runs of another implementation (their config.json's ``implementation``),
-        ``base_method`` the method alone
+        ``base_method`` the method alone. A run whose task is not a valid name
+        (:data:`~qc_sb3.benchmarks.runner.paths.NAME_RULE`) is skipped with a warning naming its ``config.json``
     """
     frames = []
     results_dir = Path(results_dir)
-    for path in sorted(results_dir.rglob("eval.csv")):
+    for path in find_files(results_dir, "eval.csv"):
         config_path = path.with_name("config.json")
         if not config_path.exists() or (finished_only and not path.with_name("DONE").exists()):
             continue
         config = json.loads(config_path.read_text(encoding="utf-8"))
+        if not is_valid_name(config.get("task")):
+            # It names the task's plots: a path there would write outside the report.
+            message = f"{config_path}: task {config.get('task')!r} is not a valid name ({NAME_RULE}); run skipped"
+            warnings.warn(message, stacklevel=2)
+            continue
         frame = pd.read_csv(path)
         if frame.empty:
             continue

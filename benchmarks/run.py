@@ -4,17 +4,19 @@ Run: ``python -m qc_sb3.benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [-
 [--data-dir [SUITE=]DIR] [--no-report]``.
 
 In order: the config is checked in full (unknown tasks, methods or keys, bad values, hyperparameters the algorithms
-refuse, missing dataset folders and files, run folders holding another configuration's results) before any folder is
-made; the offline datasets are prepared once, in this process (generated and converted, or converted from the
-official files, and cached; a second runner on the same cache waits for the first); the runs execute, finished ones
-skipped and interrupted ones resumed (:mod:`qc_sb3.benchmarks.runner.runs`), with one progress line per run; a run
-another runner is working on is skipped as ``busy``, and a run whose folder is damaged fails alone; last, the report
-(:mod:`qc_sb3.benchmarks.report`) is written to ``OUT/report``.
+refuse, missing dataset folders and files, run folders holding another configuration's results or symbolic links, a
+results folder or dataset cache that cannot be written in) before any folder is made; the offline datasets are
+prepared once, in this process (generated and converted, or converted from the official files, and cached; a second
+runner on the same cache waits for the first); the runs execute, finished ones skipped and interrupted ones resumed
+(:mod:`qc_sb3.benchmarks.runner.runs`), with one progress line per run; a run another runner is working on is skipped
+as ``busy``, and a run whose folder is damaged fails alone; last, the report (:mod:`qc_sb3.benchmarks.report`) is
+written to ``OUT/report``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,17 +26,21 @@ from rich.console import Console
 from rich.table import Table
 
 from qc_sb3.benchmarks.report import write_report
+from qc_sb3.benchmarks.runner.atomic import remove_stale_temporaries
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config, read_config_data
-from qc_sb3.benchmarks.runner.datasets import prepare_datasets
+from qc_sb3.benchmarks.runner.datasets import DatasetPreparationError, prepare_datasets
 from qc_sb3.benchmarks.runner.evaluations import DamagedRunError
 from qc_sb3.benchmarks.runner.executors import local_workers, run_in_process, run_local_pool, run_on_ray
 from qc_sb3.benchmarks.runner.locks import folder_lock
+from qc_sb3.benchmarks.runner.paths import NotWritableError, UnsafePathError, check_run_paths, check_writable_folder
 from qc_sb3.benchmarks.runner.planning import default_dataset_cache, plan_runs
 from qc_sb3.benchmarks.runner.progress import ProgressMonitor
 from qc_sb3.benchmarks.runner.runs import RunConflictError, check_run_folder, execute_run_safely, is_done
 from qc_sb3.benchmarks.runner.specs import Execution, RunSpec
 
 DEFAULT_RESULTS_ROOT = "results"
+# The exit status of a runner stopped by Ctrl-C, as shells report a process that SIGINT ended (128 + 2).
+INTERRUPTED = 130
 
 
 def apply_data_dirs(data: Mapping[str, Any], data_dirs: Sequence[str]) -> dict[str, Any]:
@@ -90,12 +96,17 @@ def run_benchmark(
     runs = plan_runs(config, out, seeds)
     damaged: dict[str, dict[str, Any]] = {}
     for run in runs:
+        check_run_paths(run.run_dir, len(Path(run.name).parts))
         try:
             check_run_folder(run)
         except DamagedRunError as error:
             damaged[run.name] = {"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"}
     runs_to_do = [run for run in runs if run.name not in damaged]
     pending = [run for run in runs_to_do if not is_done(run)]
+    cache = default_dataset_cache(config, out)
+    for folder, what, needed in ((out, "results folder", pending or report), (cache, "dataset cache", pending)):
+        if needed:
+            check_writable_folder(folder, what)  # before any work, rather than once datasets are made
     console.print(f"[bold]{config.name}[/]: {len(runs)} runs ({len(runs_to_do) - len(pending)} finished already) -> {out}")
     requested = config.execution.workers if workers is None else workers
     n_workers = 0 if requested == 0 else local_workers(requested)
@@ -106,9 +117,9 @@ def run_benchmark(
         def log(line: str) -> None:
             console.print(line, highlight=False)
 
-        cache = default_dataset_cache(config, out)
         # One runner at a time prepares datasets in a cache; another waits for it, then finds them made.
         with folder_lock(cache, wait=True, on_wait=log):
+            remove_stale_temporaries(cache, recursive=True)  # of generators and converters killed mid-write
             pending = prepare_datasets(pending, cache, workers=max(n_workers, 1), progress=console.is_terminal, log=log)
     # Finished runs are reported as skipped here; only the others go to the executor.
     by_name = {**damaged, **{run.name: execute_run_safely(run) for run in runs_to_do if is_done(run)}}
@@ -154,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: Arguments (default: the command line's)
     :return: The exit status: 0 if every run finished, 1 if some failed or were busy (another runner works on them),
-        2 for a bad config or a run folder that holds another configuration's results (nothing runs then)
+        2 for a bad config, a run folder that holds another configuration's results, or one that is or holds a
+        symbolic link, or a results folder or dataset cache that cannot be written in (nothing runs then), 130 when
+        Ctrl-C stopped it (its workers too; one line says how to resume)
     """
     parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
@@ -166,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data-dir", action="append", default=[], metavar="[SUITE=]DIR", help="folder of a suite's official dataset files"
     )
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(arguments)
     if args.workers is not None and args.workers < 0:
         parser.error(f"--workers must be >= 0, got {args.workers}")
     console = Console()
@@ -181,9 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             report=not args.no_report,
             console=console,
         )
-    except (ConfigError, RunConflictError) as error:
+    except (ConfigError, RunConflictError, UnsafePathError, NotWritableError, DatasetPreparationError) as error:
         console.print(f"[red]error:[/] {error}", highlight=False)
         return 2
+    except KeyboardInterrupt:
+        command = shlex.join(["python", "-m", "qc_sb3.benchmarks.run", *arguments])
+        console.print(f"interrupted: the runs keep their latest checkpoints; to resume, run again: {command}", highlight=False)
+        return INTERRUPTED
     return 0 if all(summary["status"] in ("done", "skipped") for summary in summaries) else 1
 
 

@@ -35,6 +35,17 @@ def test_a_failed_dataset_preparation_names_the_task_and_the_cache(tmp_path, mon
         prepare_datasets(plan_runs(load_config(toy_config()), tmp_path / "results"), cache)
 
 
+def test_the_runner_reports_a_failed_dataset_preparation_in_one_line(tmp_path, monkeypatch, capsys):
+    from qc_sb3.benchmarks import run
+
+    register_toy_suite()
+    monkeypatch.setattr(test_benchmarks_toys.minari, "create_dataset_from_buffers", full_disk)
+    config = test_benchmarks_toys.write_config(tmp_path / "toy.yaml", toy_config(dataset_cache=str(tmp_path / "cache")))
+    assert run.main([str(config), "--workers", "0", "--out", str(tmp_path / "results")]) == 2
+    output = capsys.readouterr().out
+    assert "error:" in output and "No space left on device" in output and "Traceback" not in output
+
+
 @pytest.mark.parametrize("failing", ["np.savez", "th.save"])
 def test_a_failed_checkpoint_is_removed_and_the_last_complete_one_kept(tmp_path, monkeypatch, failing):
     model = make_model(QC)

@@ -23,11 +23,10 @@ Schema (every section but ``tasks`` and ``methods`` is optional)::
     execution: {workers: 2, torch_threads: 1, device: auto, num_cpus: 1, num_gpus: 0, runtime_env: null}
 
 A run's hyperparameters are, from weakest to strongest: the algorithm's constructor defaults (the paper's common
-settings), the method's flags (:mod:`qc_sb3.benchmarks.runner.methods`) and per-domain settings (declared by the task's suite,
-:mod:`qc_sb3.benchmarks.runner.suites`), ``buffer_size`` = the online steps and ``offline_sparse_rewards`` = the env's
-    ``sparse``,
-then ``hyperparameters:``, then the method's own mapping under ``methods:``. Nested mappings (``policy_kwargs``) merge
-key by key. Relative paths are relative to the current directory.
+settings), the method's flags (:mod:`qc_sb3.benchmarks.runner.methods`) and per-domain settings (declared by the task's
+suite, :mod:`qc_sb3.benchmarks.runner.suites`), ``buffer_size`` = the online steps and ``offline_sparse_rewards`` = the
+env's ``sparse``, then ``hyperparameters:``, then the method's own mapping under ``methods:``. Nested mappings
+(``policy_kwargs``) merge key by key. Relative paths are relative to the current directory.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ import yaml
 
 from qc_sb3.benchmarks.runner.hyperparameters import hyperparameter_problem, is_int
 from qc_sb3.benchmarks.runner.methods import RUNNER_ARGUMENTS, get_method
+from qc_sb3.benchmarks.runner.paths import NAME_RULE, is_valid_name
 from qc_sb3.benchmarks.runner.specs import REQUIRED, BenchmarkConfig, Execution, Option, Protocol, TaskSpec
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task, task_names, unavailable_suites
 
@@ -142,9 +142,12 @@ def load_config(
     for key in ("name", "description", "out", "dataset_cache"):
         if data.get(key) is not None and not isinstance(data[key], str):
             problems.add(f"{key} must be a string, got {data[key]!r}")
+    config_name = data.get("name") or name or "benchmark"
+    if isinstance(config_name, str) and not is_valid_name(config_name):
+        problems.add(f"name {config_name!r} (the results folder's name, results/<name>) is not valid: use {NAME_RULE}")
     problems.raise_if_any(label)
     return BenchmarkConfig(
-        name=str(data.get("name") or name or "benchmark"),
+        name=str(config_name),
         tasks=tasks,
         methods=methods,
         seeds=seeds,

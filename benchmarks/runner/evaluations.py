@@ -66,12 +66,41 @@ def evaluation_points(run: RunSpec) -> list[EvaluationPoint]:
     return points
 
 
-def evaluation_env(run: RunSpec, index: int) -> DummyVecEnv:
-    """A fresh evaluation env whose episodes depend only on the run's seed and the evaluation's index."""
-    seed = int(np.random.SeedSequence([run.seed, index]).generate_state(1)[0])
-    env = DummyVecEnv([lambda: Monitor(run.make_env(seed=None, **run.env_kwargs))])
-    env.seed(seed)
-    return env
+def evaluation_seed(run: RunSpec, index: int) -> int:
+    """The seed of an evaluation's first episode: a function of the run's seed and the evaluation's index only."""
+    return int(np.random.SeedSequence([run.seed, index]).generate_state(1)[0])
+
+
+class EvaluationEnv:
+    """
+    The evaluation env of a run: built once, at its first evaluation, and seeded again before each, so that each
+    evaluation's episodes depend only on the run's seed and the evaluation's index (the first episode's reset takes
+    :func:`evaluation_seed`, which makes the env's random state anew; the others follow from it), as on a fresh env.
+    Rebuilding a MuJoCo env at each evaluation grew the runner's memory with every evaluation.
+
+    :param run: The run
+    """
+
+    def __init__(self, run: RunSpec):
+        self.run = run
+        self.env: DummyVecEnv | None = None
+
+    def seeded(self, index: int) -> DummyVecEnv:
+        """
+        :param index: The evaluation's index in the run's schedule
+        :return: The env, seeded for that evaluation (its next reset takes the seed)
+        """
+        if self.env is None:
+            run = self.run
+            self.env = DummyVecEnv([lambda: Monitor(run.make_env(seed=None, **run.env_kwargs))])
+        self.env.seed(evaluation_seed(self.run, index))
+        return self.env
+
+    def close(self) -> None:
+        """Close the env, if it was built."""
+        if self.env is not None:
+            self.env.close()
+            self.env = None
 
 
 def plot_step(run: RunSpec, point: EvaluationPoint) -> int:

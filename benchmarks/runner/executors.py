@@ -5,13 +5,16 @@ layout; the
 parent polls the runs' progress files meanwhile. Worker processes start with ``spawn`` (no state inherited from a
 parent that may hold threads or CUDA); each run sets its own torch thread count. A worker whose parent dies (a
 runner killed with SIGTERM or SIGKILL, which reach the parent only) exits within :data:`PARENT_CHECK_INTERVAL`
-seconds rather than go on to the queued runs; the run it was on resumes from its checkpoint the next time.
+seconds rather than go on to the queued runs; the run it was on resumes from its checkpoint the next time. Ctrl-C
+(SIGINT) reaches the runner, which stops its workers at once (a terminal's Ctrl-C, which reaches the workers too, is
+ignored there) and the queued runs with them.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -66,9 +69,7 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
     :return: The runs' summaries, in order
     """
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
-    )
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),))
     with pool:
         futures: list[Future] = [pool.submit(execute_run_safely, run) for run in runs]
         pending = set(futures)
@@ -78,9 +79,25 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
                 if refresh is not None:
                     refresh()
         except BaseException:
+            # Ctrl-C (or another error) in the runner: the queued runs are dropped and the running ones stopped at
+            # once, as a kill would; each resumes from its latest checkpoint the next time.
+            processes = list(pool._processes.values())  # the pool forgets them on shutdown
             pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
             raise
         return [_result(future, run) for future, run in zip(futures, runs, strict=True)]
+
+
+def start_worker(parent_pid: int) -> None:
+    """
+    Set up a worker process: Ctrl-C, which a terminal sends to the worker too, is left to the runner (it stops its
+    workers), and the worker ends when its parent dies (:func:`exit_with_parent`).
+
+    :param parent_pid: The runner's process id
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(parent_pid)
 
 
 def exit_with_parent(parent_pid: int, interval: float = PARENT_CHECK_INTERVAL) -> threading.Thread:

@@ -3,7 +3,7 @@
 The kernel releases the lock when its file is closed or its process dies, whatever the way (kill -9 included), so a
 lock is never left behind by a dead runner. Locks of this kind are advisory: they hold between runners of this package
 on one machine or on a file system that supports ``flock`` across machines (local disks do; NFS and other network file
-systems may not, see their documentation).
+systems may not, see their documentation). A lock file that is a symbolic link is refused, never followed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from qc_sb3.benchmarks.runner.paths import open_regular_file
 
 LOCK_FILE = ".lock"
 # Seconds between two attempts of a waiting lock.
@@ -42,11 +44,12 @@ def folder_lock(folder: str | os.PathLike, wait: bool = False, on_wait: Callable
     :param wait: Wait until the lock is free; else raise :class:`FolderBusyError` at once if it is held
     :param on_wait: Called once with a message naming the holder when the lock is held and ``wait`` is True
     :return: The lock file
+    :raises UnsafePathError: If the lock file is a symbolic link or not a regular file (it is never followed)
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = open_regular_file(path, os.O_RDWR | os.O_CREAT)
     try:
         while True:
             try:

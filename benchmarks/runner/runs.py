@@ -20,15 +20,15 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 
 The offline phase runs ``model.pretrain`` in blocks of ``eval_interval`` gradient steps, the online phase
 ``model.learn(block, reset_num_timesteps=False)``; after each block the run is evaluated (``eval_episodes`` episodes
-with the stochastic policy on a fresh env seeded from the run's seed and the evaluation's index), the row appended to
-the CSV, and a checkpoint written. A killed run resumes from its latest checkpoint: model, optimizers, replay buffer,
-counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run that was not interrupted.
-Resumed in the online phase, it continues from the same state, but its training env starts a new episode (an env's
-simulator state is not saved): the interrupted episode is closed in the buffer as a truncation. The model is rebuilt
-from the run's config and the checkpoint's states put into it; nothing a checkpoint holds is unpickled
-(:mod:`qc_sb3.benchmarks.runner.checkpoints`). A resumed run's ``eval.csv`` must hold the rows its checkpoint has
-done; a run whose rows were lost is refused (those evaluations cannot be taken again), as is a damaged checkpoint: the
-run fails with a message saying so, and the other runs go on.
+with the stochastic policy on the run's evaluation env, seeded anew from the run's seed and the evaluation's index),
+the row appended to the CSV, and a checkpoint written. A killed run resumes from its latest checkpoint: model,
+optimizers, replay buffer, counters and random generators. Resumed in the offline phase, a run is bit-for-bit the run
+that was not interrupted. Resumed in the online phase, it continues from the same state, but its training env starts a
+new episode (an env's simulator state is not saved): the interrupted episode is closed in the buffer as a truncation.
+The model is rebuilt from the run's config and the checkpoint's states put into it; nothing a checkpoint holds is
+unpickled (:mod:`qc_sb3.benchmarks.runner.checkpoints`). A resumed run's ``eval.csv`` must hold the rows its
+checkpoint has done; a run whose rows were lost is refused (those evaluations cannot be taken again), as is a damaged
+checkpoint: the run fails with a message saying so, and the other runs go on.
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ from qc_sb3.benchmarks.runner.checkpoints import (
 from qc_sb3.benchmarks.runner.evaluations import (
     EVAL_FILE,
     DamagedRunError,
+    EvaluationEnv,
     EvaluationPoint,
     check_rows,
-    evaluation_env,
     evaluation_points,
     evaluation_row,
     final_successes,
@@ -72,6 +72,7 @@ from qc_sb3.benchmarks.runner.evaluations import (
 from qc_sb3.benchmarks.runner.failures import record_failure
 from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.methods import constructor_arguments
+from qc_sb3.benchmarks.runner.paths import UnsafePathError, check_run_paths
 from qc_sb3.benchmarks.runner.progress import ProgressWriter
 from qc_sb3.benchmarks.runner.provenance import package_versions, source_revision
 from qc_sb3.benchmarks.runner.specs import RunSpec
@@ -86,6 +87,7 @@ DONE_FILE = "DONE"
 ERROR_FILE = "error.txt"
 # Offline gradient steps between two progress updates.
 OFFLINE_PIECE = 1000
+PHASES = ("offline", "online")
 
 # Called with an event name ("evaluated": the CSV has the new row; "checkpointed": the checkpoint is current) and the
 # run; a hook that raises stops the run there, as a kill would.
@@ -171,8 +173,10 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
     :return: A summary: ``run``, ``status`` (``done``, ``skipped``, or ``busy`` when another process holds the run's
         folder, with an ``error`` naming it), ``offline_success``, ``online_success``, ``wall_time``
     :raises RunConflictError: If the folder holds results of another configuration (nothing is written to it)
+    :raises UnsafePathError: If it is or holds a symbolic link, or lies outside its results folder (nothing is written)
     """
     run_dir = Path(run.run_dir)
+    check_run_paths(run_dir, len(Path(run.name).parts))  # before anything is made or read in it
     if is_done(run):
         # Nothing is written: a finished run's folder stays as it is. Its results must be this config's, though.
         check_run_folder(run)
@@ -184,7 +188,7 @@ def execute_run(run: RunSpec, hook: RunHook | None = None) -> dict[str, Any]:
             return {"run": run.name, "status": "busy", "error": f"{error}: skipped (run the command again once it ends)"}
         try:
             return _execute_locked(run, hook)
-        except RunConflictError:
+        except (RunConflictError, UnsafePathError):  # nothing is written to a folder that is not this run's
             raise
         except Exception as error:
             # Recorded while the lock is held: the folder is this run's, and no other runner writes to it meanwhile.
@@ -224,17 +228,14 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.
     rows = rows[: state.evaluations_done]
     write_rows(run_dir / EVAL_FILE, rows)
-    loggers = {phase: _tensorboard_logger(run_dir, phase) for phase in ("offline", "online")}
+    loggers: dict[str, Logger] = {phase: configure(str(run_dir / "tensorboard" / phase), ["tensorboard"]) for phase in PHASES}
+    eval_env = EvaluationEnv(run)
     try:
         for index in range(state.evaluations_done, len(points)):
             point = points[index]
             model.set_logger(loggers[point.phase])
             _advance(model, run, point, progress)
-            eval_env = evaluation_env(run, index)
-            try:
-                results = evaluate_success(model, eval_env, run.protocol.eval_episodes, warn=False)
-            finally:
-                eval_env.close()
+            results = evaluate_success(model, eval_env.seeded(index), run.protocol.eval_episodes, warn=False)
             wall_time = earlier_wall_time + time.monotonic() - session_start
             rows.append(evaluation_row(run, point, model, results, wall_time))
             write_rows(run_dir / EVAL_FILE, rows)
@@ -256,6 +257,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     finally:
         for logger in loggers.values():
             logger.close()
+        eval_env.close()
         env.close()
     try:
         export_run(run_dir)  # train_stats.csv: the training statistics, small enough to commit
@@ -355,10 +357,6 @@ def _record_versions(run_dir: Path, state: CheckpointState) -> None:
         }
     )
     write_json(path, {"sessions": sessions})
-
-
-def _tensorboard_logger(run_dir: Path, phase: str) -> Logger:
-    return configure(str(run_dir / "tensorboard" / phase), ["tensorboard"])
 
 
 def _phase_steps(run: RunSpec, phase: str) -> int:

@@ -8,6 +8,7 @@ suite's :mod:`envs` package is what makes it slow, so a command that names no ta
 from __future__ import annotations
 
 from qc_sb3.benchmarks.runner import suites
+from qc_sb3.benchmarks.runner.paths import check_name
 from qc_sb3.benchmarks.runner.specs import SuiteSpec, TaskSpec
 
 _SUITES: dict[str, SuiteSpec] = {}
@@ -32,11 +33,13 @@ def register_suite(suite: SuiteSpec, overwrite: bool = False) -> None:
 def register_task(task: TaskSpec, overwrite: bool = False) -> None:
     """
     Add a task to the registry; its suite must be registered and declare the settings of the task's domain.
+    Its name becomes a folder name of results folders: it must follow :data:`~qc_sb3.benchmarks.runner.paths.NAME_RULE`.
 
     :param task: The task
     :param overwrite: Replace a task of the same name instead of raising
     """
     _load_builtins()
+    check_name(task.name, "task")
     if task.suite not in _SUITES:
         raise ValueError(f"task {task.name!r} names an unregistered suite {task.suite!r}; known suites: {sorted(_SUITES)}")
     if task.name in _TASKS and not overwrite:

@@ -20,7 +20,7 @@ from stable_baselines3.common.logger import configure
 
 from qc_sb3.benchmarks.runner.config import load_config
 from qc_sb3.benchmarks.runner.datasets import prepare_datasets
-from qc_sb3.benchmarks.runner.evaluations import evaluation_env
+from qc_sb3.benchmarks.runner.evaluations import EvaluationEnv
 from qc_sb3.benchmarks.runner.locks import folder_lock
 from qc_sb3.benchmarks.runner.planning import default_dataset_cache, plan_runs
 from qc_sb3.benchmarks.runner.runs import build_model
@@ -57,10 +57,11 @@ def measure(run: RunSpec, steps: int, episodes: int) -> dict[str, float]:
         start = time.process_time()
         advance(steps)
         step_cost = (time.process_time() - start) / steps * 1000
-        eval_env = evaluation_env(run, 0)
+        eval_env = EvaluationEnv(run)
         try:
+            seeded = eval_env.seeded(0)  # built here, outside the timing
             start = time.process_time()
-            results = evaluate_success(model, eval_env, episodes, warn=False)
+            results = evaluate_success(model, seeded, episodes, warn=False)
             episode_cost = (time.process_time() - start) / episodes
         finally:
             eval_env.close()
