@@ -50,6 +50,8 @@ CONFIRM_INTRODUCTION = (
     "can be. The last two columns test each evaluation on its own, at the Bonferroni level over the evaluations."
 )
 SPEED = ROOT / "results" / "speed"
+# Logs the speed page shows whole, beside the step-time tables (of the others it shows the header line).
+WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt")
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
 RUN_RECORD = "\n## Run record\n"
@@ -153,7 +155,7 @@ def speed_page() -> str:
         lines = log.read_text(encoding="utf-8").splitlines()
         header = DATE.sub("", lines[0].lstrip("# ")).strip()
         parts += [f"## `{log.name}`", "", f"`{header}`", ""]
-        if log.name.startswith("step-time-"):
+        if log.name.startswith("step-time-") or log.name in WHOLE_LOGS:
             parts += ["```text", *[line for line in lines if not line.startswith("#")], "```", ""]
     return "\n".join(parts)
 

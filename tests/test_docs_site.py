@@ -96,6 +96,23 @@ def test_speed_page_holds_each_step_time_median():
         assert f"## `{log.name}`" in page
 
 
+def test_laptop_sizes_are_the_step_time_logs_first_runs():
+    # Each row's steps/s is the first run's median in its log, and its durations are 10k and 1M steps at that pace.
+    guide = (DOCS / "guides" / "speed-options.md").read_text(encoding="utf-8")
+    rows = [line.strip("|").split("|") for line in guide.split("## Sizes for a laptop")[1].splitlines()]
+    rows = [[cell.strip() for cell in row] for row in rows if len(row) == 6 and row[0].strip().startswith("`QC")]
+    assert len(rows) == 4
+    for algorithm, arch, _, rate, ten_k, one_m in rows:
+        config = "small" if "256" in arch else "default"
+        log = (ROOT / "results" / "speed" / f"step-time-{config}.txt").read_text(encoding="utf-8")
+        method = algorithm.strip("`")
+        first = re.search(rf"^{config}\s+{method}\s+(\d+\.\d+) \(", log, flags=re.M)
+        assert first is not None and float(rate) == float(first.group(1))
+        minutes, hours = 1e4 / float(rate) / 60, 1e6 / float(rate) / 3600
+        assert ten_k == (f"{minutes:.0f} min" if minutes >= 10 or minutes.is_integer() else f"{minutes:.2g} min")
+        assert one_m == (f"{hours:.2g} h" if hours < 100 else f"{hours:.0f} h")
+
+
 def nav_pages(entries):
     for entry in entries:
         value = next(iter(entry.values())) if isinstance(entry, dict) else entry
