@@ -96,6 +96,7 @@ class _OneDNNLinear(th.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: th.Tensor) -> tuple[th.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
+        grad = grad.contiguous()  # the gradient of a mean is an expanded (stride-0) tensor: see _OneDNNEnsembleLinear
         grad_x = _matmul_t(grad, weight, transpose_b=True) if ctx.needs_input_grad[0] else None
         grad_weight = _matmul_t(grad, x, transpose_a=True, transpose_b=True) if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
@@ -117,6 +118,9 @@ class _OneDNNEnsembleLinear(th.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: th.Tensor) -> tuple[th.Tensor | None, ...]:
         x, weights = ctx.saved_tensors
+        # The gradient of a loss that is a mean or sum of this layer's outputs (an actor loss -Q.mean()) comes as an
+        # expanded tensor, stride 0; oneDNN's matmul takes such an input hundreds of times slower than a dense one.
+        grad = grad.contiguous()
         members = range(weights.shape[0])
         grad_x = th.stack([_matmul_t(grad[k], weights[k]) for k in members]) if ctx.needs_input_grad[0] else None
         grad_weights = (
