@@ -52,6 +52,13 @@ CONFIRM_INTRODUCTION = (
 SPEED = ROOT / "results" / "speed"
 # Logs the speed page shows whole, beside the step-time tables (of the others it shows the header line).
 WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt")
+LOG_NOTES = {
+    "against-sac.txt": "Stable-Baselines3's SAC against qc_sb3's cheapest settings at the same widths, env steps per "
+    "second of `learn()` with one gradient step per env step: RLPD with K = 2 critics and h = 1 is SAC plus the "
+    "reference's LayerNorm critics; QC with h = 1 and N = 1 replaces SAC's Gaussian actor by a flow integrated in T = "
+    "10 Euler steps, for each TD target and each decision (with one sample, best-of-N scores nothing). The ratios "
+    "are what those additions, and qc_sb3's chunk buffer and action queue, cost per env step at this size.",
+}
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
 RUN_RECORD = "\n## Run record\n"
@@ -155,6 +162,8 @@ def speed_page() -> str:
         lines = log.read_text(encoding="utf-8").splitlines()
         header = DATE.sub("", lines[0].lstrip("# ")).strip()
         parts += [f"## `{log.name}`", "", f"`{header}`", ""]
+        if log.name in LOG_NOTES:
+            parts += [LOG_NOTES[log.name], ""]
         if log.name.startswith("step-time-") or log.name in WHOLE_LOGS:
             parts += ["```text", *[line for line in lines if not line.startswith("#")], "```", ""]
     return "\n".join(parts)
