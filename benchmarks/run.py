@@ -43,6 +43,10 @@ DEFAULT_RESULTS_ROOT = "results"
 INTERRUPTED = 130
 
 
+class ReportError(OSError):
+    """The runs finished but their report could not be written (the message says where and why)."""
+
+
 def apply_data_dirs(data: Mapping[str, Any], data_dirs: Sequence[str]) -> dict[str, Any]:
     """
     A config with official dataset folders given on the command line.
@@ -128,7 +132,13 @@ def run_benchmark(
     summaries = [by_name[run.name] for run in runs]
     _print_summary(summaries, console)
     if report:
-        report_dir = write_report(out)
+        try:
+            report_dir = write_report(out)
+        except OSError as error:  # a full disk: the runs hold, the report can be rebuilt from them
+            raise ReportError(
+                f"the runs are kept, but writing their report in {Path(out) / 'report'} failed: {error}; once fixed, "
+                f"rebuild it with: python -m qc_sb3.benchmarks.report {out}"
+            ) from error
         console.print(f"report: {report_dir}")
     return summaries
 
@@ -195,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report=not args.no_report,
             console=console,
         )
-    except (ConfigError, RunConflictError, UnsafePathError, NotWritableError, DatasetPreparationError) as error:
+    except (ConfigError, RunConflictError, UnsafePathError, NotWritableError, DatasetPreparationError, ReportError) as error:
         console.print(f"[red]error:[/] {error}", highlight=False)
         return 2
     except KeyboardInterrupt:

@@ -46,6 +46,20 @@ def test_the_runner_reports_a_failed_dataset_preparation_in_one_line(tmp_path, m
     assert "error:" in output and "No space left on device" in output and "Traceback" not in output
 
 
+def test_a_report_that_cannot_be_written_is_one_line_and_the_runs_are_kept(tmp_path, monkeypatch, capsys):
+    from qc_sb3.benchmarks import run
+
+    register_toy_suite()
+    monkeypatch.setattr(run, "write_report", full_disk)
+    config = test_benchmarks_toys.write_config(tmp_path / "toy.yaml", toy_config(dataset_cache=str(tmp_path / "cache")))
+    results = tmp_path / "results"
+    assert run.main([str(config), "--workers", "0", "--out", str(results)]) == 2
+    output = " ".join(capsys.readouterr().out.split())
+    assert f"writing their report in {results / 'report'} failed: [Errno 28] No space left on device" in output
+    assert f"python -m qc_sb3.benchmarks.report {results}" in output and "Traceback" not in output
+    assert len(list(results.rglob("DONE"))) == len(plan_runs(load_config(toy_config()), results))
+
+
 @pytest.mark.parametrize("failing", ["np.savez", "th.save"])
 def test_a_failed_checkpoint_is_removed_and_the_last_complete_one_kept(tmp_path, monkeypatch, failing):
     model = make_model(QC)
