@@ -8,6 +8,7 @@ from qc_sb3.common.wrappers import ChunkedActionWrapper
 from qc_sb3.qc import QC
 from qc_sb3.qc_fql import QCFQL
 from qc_sb3.rlpd import RLPD
+from qc_sb3.seeds import SeedParallel
 
 __version__ = "0.1.0"
 
@@ -21,5 +22,6 @@ __all__ = [
     "ChunkedActionWrapper",
     "DeviceChunkReplayBuffer",
     "OfflineShards",
+    "SeedParallel",
     "__version__",
 ]

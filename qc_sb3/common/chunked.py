@@ -186,6 +186,7 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         self.compile_step = compile_step
         self._step_losses: CompiledLosses | None = None
         self._update_graph: GraphedUpdate | None = None
+        self._seed_group_member = None
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -260,6 +261,7 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
             "_has_running_statistics",
             "_step_losses",
             "_update_graph",
+            "_seed_group_member",
             "_unread_losses",
             "_read_losses_every_train",
         ]

@@ -105,7 +105,9 @@ class FlowQPolicy(ActorCriticChunkPolicy):
         return actions[:, 0, :]
 
     @abstractmethod
-    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
+    def sample_actions(
+        self, features: th.Tensor, deterministic: bool = False, noise: th.Tensor | None = None
+    ) -> th.Tensor:
         """
         The policy's action for each state (best-of-N for QC, the one-step actor for QC-FQL), in [-1, 1];
         used to act and for the TD target (always sampled there).
@@ -113,7 +115,17 @@ class FlowQPolicy(ActorCriticChunkPolicy):
         :param features: State features, shape (B, features_dim)
         :param deterministic: Use the policy's fixed noise instead of fresh noise (a deterministic function of the
             state)
+        :param noise: The noise to start from, of :meth:`decision_noise`'s shape (drawn here when None)
         :return: Flat chunks of shape (B, flat_action_dim)
+        """
+
+    @abstractmethod
+    def decision_noise(self, batch_size: int) -> th.Tensor:
+        """
+        Fresh noise for :meth:`sample_actions` on ``batch_size`` states, from the global torch generator.
+
+        :param batch_size: Number of states B
+        :return: A tensor on the policy's device
         """
 
     def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
@@ -224,14 +236,47 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
     def _optimized_loss(self, losses: dict[str, th.Tensor]) -> th.Tensor:
         return losses["critic_loss"] + losses["actor_loss"]  # docs/algorithms.md §3: L_Q + L_actor, one backward
 
-    def _losses(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
-        """Every loss and statistic of one gradient step; ``critic_loss`` and ``actor_loss`` are optimized."""
+    def step_noise(self, batch_size: int) -> dict[str, th.Tensor]:
+        """
+        Every random draw of one gradient step, from the global torch generator, in the order the step uses them:
+        the TD target's decision, the flow-matching noise and times, then the actor's (:meth:`_actor_noise`).
+
+        :param batch_size: Minibatch size B
+        :return: Named tensors on the model's device
+        """
         policy = self.policy
+        return {
+            "next_actions": policy.decision_noise(batch_size),
+            "flow": th.randn(batch_size, policy.flat_action_dim, device=self.device),
+            "times": th.rand(batch_size, 1, device=self.device),
+            **self._actor_noise(batch_size),
+        }
+
+    def _actor_noise(self, batch_size: int) -> dict[str, th.Tensor]:
+        """The random draws of the actor-side losses (none by default); see :meth:`step_noise`."""
+        return {}
+
+    def _losses(
+        self,
+        batch: ChunkReplayBufferSamples,
+        noise: dict[str, th.Tensor] | None = None,
+        policy: FlowQPolicy | None = None,
+    ) -> dict[str, th.Tensor]:
+        """
+        Every loss and statistic of one gradient step; ``critic_loss`` and ``actor_loss`` are optimized.
+
+        :param batch: A batch of chunk windows
+        :param noise: The step's random draws (:meth:`step_noise`), drawn here when None
+        :param policy: The networks to use, ``self.policy`` when None (the seed-parallel trainer passes plain ones
+            whose parameters it substitutes)
+        """
+        policy = self.policy if policy is None else policy
+        noise = self.step_noise(batch.observations.shape[0]) if noise is None else noise
         observations = policy.features(batch.observations)
         actions = policy.flat_actions(batch.actions)
         with th.no_grad():
             next_observations = policy.features(batch.next_observations)
-            next_actions = policy.sample_actions(next_observations)
+            next_actions = policy.sample_actions(next_observations, noise=noise["next_actions"])
             target = chunked_td_target(
                 policy.critic_target,
                 policy.target_features(batch.next_observations),
@@ -245,25 +290,27 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         # The features extractor is trained with the actor-side losses only (as TQC's shared extractor).
         critic_loss_value, q_values = critic_loss(policy.critic, observations.detach(), actions, target, batch.valid)
         # docs/algorithms.md §3: flow matching on the dataset chunks, weighted by valid (unweighted for the -n variants).
-        noise = th.randn_like(actions)
-        times = th.rand(actions.shape[0], 1, device=actions.device)
         bc_flow_loss = flow_matching_loss(
-            policy.flow, observations, actions, noise, times, batch.valid if self.action_chunking else None
+            policy.flow, observations, actions, noise["flow"], noise["times"], batch.valid if self.action_chunking else None
         )
         return {
             "critic_loss": critic_loss_value,
             "q_mean": q_values.mean().detach(),
             "target_mean": target.mean(),
             "bc_flow_loss": bc_flow_loss,
-            **self._actor_losses(observations, bc_flow_loss),
+            **self._actor_losses(policy, observations, bc_flow_loss, noise),
         }
 
     @abstractmethod
-    def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
+    def _actor_losses(
+        self, policy: FlowQPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+    ) -> dict[str, th.Tensor]:
         """
         The actor-side loss terms; must include ``actor_loss``, the one that is optimized.
 
+        :param policy: The networks of the step
         :param observations: State features of the batch, shape (B, features_dim)
         :param bc_flow_loss: The flow-matching loss of the batch
+        :param noise: The step's random draws (:meth:`step_noise`)
         :return: Named loss terms
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Any, Protocol
 
 import torch as th
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -12,6 +13,16 @@ from qc_sb3.accel.graphed_update import GraphedUpdate
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.input_checks import check_training_finite
+
+
+class SeedGroupMember(Protocol):
+    """A model's place in a group of seeds trained together (:mod:`qc_sb3.seeds`)."""
+
+    def gradient_step(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
+        """The model's update on its batch, run stacked with the other seeds'; returns its detached losses."""
+
+    def parameters(self) -> dict[str, Any] | None:
+        """The model's own policy and optimizer states while the group holds them (None otherwise)."""
 
 
 class GradientUpdateMixin(OffPolicyAlgorithm):
@@ -26,6 +37,7 @@ class GradientUpdateMixin(OffPolicyAlgorithm):
     replay_buffer: ChunkReplayBuffer
     _step_losses: CompiledLosses | None
     _update_graph: GraphedUpdate | None
+    _seed_group_member: SeedGroupMember | None
     _has_running_statistics: bool
     _unread_losses: list[dict[str, th.Tensor]]
     _read_losses_every_train: bool
@@ -64,7 +76,14 @@ class GradientUpdateMixin(OffPolicyAlgorithm):
         :return: The losses of :meth:`_losses`, detached
         """
         batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+        if self._seed_group_member is not None:  # seeds in one process: one stacked update for all of them
+            return self._seed_group_member.gradient_step(batch)
         return self._update(batch) if self._update_graph is None else self._update_graph(batch)
+
+    def get_parameters(self) -> dict[str, dict]:
+        # In a group of seeds (qc_sb3.seeds) the optimizers' states are the group's: this seed's slices, copied.
+        group_parameters = None if self._seed_group_member is None else self._seed_group_member.parameters()
+        return super().get_parameters() if group_parameters is None else group_parameters
 
     def _update(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
         """

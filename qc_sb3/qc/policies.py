@@ -40,13 +40,16 @@ class QCPolicy(FlowQPolicy):
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "actor_num_samples": self.actor_num_samples}
 
-    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
-        noise = None
+    def sample_actions(
+        self, features: th.Tensor, deterministic: bool = False, noise: th.Tensor | None = None
+    ) -> th.Tensor:
         if deterministic:
             noise = self.deterministic_noise.to(features.dtype).expand(features.shape[0], -1, -1)
         return best_of_n_actions(
             self.flow, self.critic, features, self.actor_num_samples, self.flow_steps, self.q_agg, noise=noise
         )
 
+    def decision_noise(self, batch_size: int) -> th.Tensor:
+        return th.randn(batch_size, self.actor_num_samples, self.flat_action_dim, device=self.device)
 
 MlpPolicy = QCPolicy

@@ -84,6 +84,8 @@ class QC(FlowQAlgorithm):
     def _policy_hyperparameters(self) -> dict[str, Any]:
         return {**super()._policy_hyperparameters(), "actor_num_samples": self.actor_num_samples}
 
-    def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
+    def _actor_losses(
+        self, policy: QCPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+    ) -> dict[str, th.Tensor]:
         # docs/algorithms.md §3: in best-of-N mode only the flow-matching loss trains the flow; there is no actor.
         return {"actor_loss": bc_flow_loss}

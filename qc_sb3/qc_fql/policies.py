@@ -32,10 +32,16 @@ class QCFQLPolicy(FlowQPolicy):
             activation_fn=self.activation_fn,
         )
 
-    def sample_actions(self, features: th.Tensor, deterministic: bool = False) -> th.Tensor:
-        shape = (features.shape[0], self.flat_action_dim)
-        noise = features.new_zeros(shape) if deterministic else th.randn(shape, device=features.device)
+    def sample_actions(
+        self, features: th.Tensor, deterministic: bool = False, noise: th.Tensor | None = None
+    ) -> th.Tensor:
+        if deterministic:
+            noise = features.new_zeros(features.shape[0], self.flat_action_dim)
+        elif noise is None:
+            noise = self.decision_noise(features.shape[0])
         return self.actor(features, noise).clamp(-1.0, 1.0)
 
+    def decision_noise(self, batch_size: int) -> th.Tensor:
+        return th.randn(batch_size, self.flat_action_dim, device=self.device)
 
 MlpPolicy = QCFQLPolicy

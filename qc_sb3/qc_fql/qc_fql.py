@@ -78,12 +78,15 @@ class QCFQL(FlowQAlgorithm):
         self.alpha = alpha
         super().__init__(policy, env, *args, **kwargs)
 
-    def _actor_losses(self, observations: th.Tensor, bc_flow_loss: th.Tensor) -> dict[str, th.Tensor]:
-        policy = self.policy
-        noise = th.randn(observations.shape[0], policy.flat_action_dim, device=observations.device)
+    def _actor_noise(self, batch_size: int) -> dict[str, th.Tensor]:
+        return {"actor": th.randn(batch_size, self.policy.flat_action_dim, device=self.device)}
+
+    def _actor_losses(
+        self, policy: QCFQLPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+    ) -> dict[str, th.Tensor]:
         with th.no_grad():
-            flow_actions = policy.flow.integrate(observations, noise, self.flow_steps)
-        actor_actions = policy.actor(observations, noise)
+            flow_actions = policy.flow.integrate(observations, noise["actor"], self.flow_steps)
+        actor_actions = policy.actor(observations, noise["actor"])
         # docs/algorithms.md §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
         distill = distillation_loss(actor_actions, flow_actions)
         q_term = q_loss(policy.critic, observations.detach(), actor_actions)  # the extractor learns through the actor
