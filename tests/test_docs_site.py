@@ -20,6 +20,7 @@ EXAMPLE_PAGES = [
     "algorithms/rlpd.md",
     "guides/sb3-over-chunks.md",
     "guides/chunk-execution.md",
+    "guides/seeds.md",
 ]
 
 
