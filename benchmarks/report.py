@@ -1,6 +1,8 @@
 """Learning curves and final-success tables of a results folder, with the paper's curves alongside.
 
-Run: ``python -m qc_sb3.benchmarks.report RESULTS_DIR [--out DIR] [--finished-only]`` (default ``RESULTS_DIR/report``).
+Run: ``python -m qc_sb3.benchmarks.report RESULTS_DIR [--also DIR ...] [--out DIR] [--finished-only]`` (default
+``RESULTS_DIR/report``); ``--also`` pools the runs under other folders (a results folder, or one task's or method's
+folder in it) with those of ``RESULTS_DIR``, e.g. a variant's runs beside the committed runs of the method it varies.
 Runs of another implementation (``implementation`` in their ``config.json``,
 :mod:`qc_sb3.benchmarks.parity.reference_runs`) are methods of their own, named ``<method> (<implementation>)``. Writes:
 
@@ -63,12 +65,12 @@ from qc_sb3.benchmarks.runner.paths import NAME_RULE, find_files, is_valid_name
 from qc_sb3.benchmarks.runner.training_stats import TRAIN_STATS_FILE, training_stats_section
 
 
-def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.DataFrame:
+def load_results(results_dir: str | Path | Sequence[str | Path], finished_only: bool = False) -> pd.DataFrame:
     """
     Every evaluation row of a results folder, with its run's task, suite, domain, method, seed and protocol.
 
     :param results_dir: The results folder (``<task>/<method>/seed<k>/eval.csv`` and ``config.json`` under it;
-        symbolic links to folders are followed)
+        symbolic links to folders are followed), or several, pooled (a run under two of them counted once)
     :param finished_only: Read only finished runs (those with a ``DONE`` file)
     :return: One row per evaluation; empty if there is none. ``run_dir`` is the run's folder, ``campaign`` its
         campaign's key, ``folder`` the folders between ``results_dir`` and its task folder. ``method`` is
@@ -76,9 +78,12 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
         ``base_method`` the method alone. A run whose task is not a valid name
         (:data:`~qc_sb3.benchmarks.runner.paths.NAME_RULE`) is skipped with a warning naming its ``config.json``
     """
-    frames = []
-    results_dir = Path(results_dir)
-    for path in find_files(results_dir, "eval.csv"):
+    frames, seen = [], set()
+    folders = [results_dir] if isinstance(results_dir, str | Path) else results_dir
+    for folder, path in ((Path(given), path) for given in folders for path in find_files(Path(given), "eval.csv")):
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
         config_path = path.with_name("config.json")
         if not config_path.exists() or (finished_only and not path.with_name("DONE").exists()):
             continue
@@ -93,7 +98,7 @@ def load_results(results_dir: str | Path, finished_only: bool = False) -> pd.Dat
             continue
         protocol = config["protocol"]
         implementation = config.get("implementation", IMPLEMENTATION)
-        location = path.relative_to(results_dir).parts[:-4]  # <folders>/<task>/<method>/seed<k>/eval.csv
+        location = path.relative_to(folder).parts[:-4]  # <folders>/<task>/<method>/seed<k>/eval.csv
         frame = frame.assign(
             run_dir=str(path.parent),
             protocol_key=json.dumps(protocol, sort_keys=True),
@@ -268,7 +273,13 @@ def plot_task(task: str, curves: pd.DataFrame, results: pd.DataFrame, paper: pd.
     return drew_paper
 
 
-def write_report(results_dir: str | Path, out: str | Path | None = None, seed: int = 0, finished_only: bool = False) -> Path:
+def write_report(
+    results_dir: str | Path,
+    out: str | Path | None = None,
+    seed: int = 0,
+    finished_only: bool = False,
+    also: Sequence[str | Path] = (),
+) -> Path:
     """
     Write the plots and tables of a results folder: in ``out`` when its runs share one protocol, else in one
     sub-folder per protocol (:func:`campaign_names`), with a section each in ``summary.md``.
@@ -277,13 +288,15 @@ def write_report(results_dir: str | Path, out: str | Path | None = None, seed: i
     :param out: The report folder (default ``<results_dir>/report``)
     :param seed: Seed of the bootstraps
     :param finished_only: Report only finished runs (a campaign's committed evidence, while others are under way)
+    :param also: Other folders whose runs are pooled with these (each run counted once)
     :return: The report folder
     """
     results_dir = Path(results_dir)
     out = results_dir / "report" if out is None else Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "summary.md").exists():
         raise FileExistsError(f"{out} is not empty and holds no report (no summary.md): refusing to replace it")
-    results, title = load_results(results_dir, finished_only=finished_only), f"# Results: {results_dir}\n\n"
+    results = load_results([results_dir, *also], finished_only=finished_only)
+    title = f"# Results: {' + '.join(str(folder) for folder in [results_dir, *also])}\n\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     # Written whole into a staging folder, then swapped in: no file of an earlier report is left beside the new one.
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-") as staging:
@@ -366,13 +379,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("results_dir", help="a results folder written by qc_sb3.benchmarks.run")
+    parser.add_argument("--also", nargs="+", default=[], metavar="DIR", help="other folders whose runs are pooled in")
     parser.add_argument("--out", default=None, help="report folder (default: RESULTS_DIR/report)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
     parser.add_argument("--finished-only", action="store_true", help="only runs that have finished (a DONE file)")
     args = parser.parse_args(argv)
-    if not Path(args.results_dir).is_dir():
-        parser.error(f"{args.results_dir} is not a folder")
-    out = write_report(args.results_dir, args.out, seed=args.seed, finished_only=args.finished_only)
+    for folder in [args.results_dir, *args.also]:
+        if not Path(folder).is_dir():
+            parser.error(f"{folder} is not a folder")
+    out = write_report(args.results_dir, args.out, seed=args.seed, finished_only=args.finished_only, also=args.also)
     print(f"report written to {out}")
     print((out / "summary.md").read_text(encoding="utf-8"))
     return 0

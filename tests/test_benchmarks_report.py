@@ -259,3 +259,16 @@ def test_a_new_report_replaces_the_old_one_whole(results_dir, tmp_path):
     with pytest.raises(FileExistsError, match="holds no report"):
         write_report(results_dir, tmp_path / "notes")
     assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+
+
+def test_also_pools_runs_of_other_folders_once(results_dir, tmp_path):
+    # seed 2 of one curve moved to a folder of its own, given as a method's folder
+    moved = tmp_path / "other" / CUBE_DOUBLE_3 / "QC"
+    moved.mkdir(parents=True)
+    (results_dir / CUBE_DOUBLE_3 / "QC" / "seed2").rename(moved / "seed2")
+    alone = pd.read_csv(write_report(results_dir, tmp_path / "alone") / "curves.csv")
+    pooled_dir = write_report(results_dir, tmp_path / "pooled", also=[moved, moved.parent.parent, results_dir])
+    pooled = pd.read_csv(pooled_dir / "curves.csv")
+    for curves, seeds, mean in ((alone, 2, (0.5 + 0.1) / 2), (pooled, 3, (0.5 + 0.1 + 0.6) / 3)):
+        row = curves[(curves["task"] == CUBE_DOUBLE_3) & (curves["method"] == "QC") & (curves["step"] == 300)].iloc[0]
+        assert row["n_seeds"] == seeds and row["success_mean"] == pytest.approx(mean)
