@@ -176,3 +176,9 @@ def test_other_algorithms_and_bad_seeds_are_refused():
     group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), **settings(QCFQL))
     with pytest.raises(ValueError, match="one entry per seed"):
         group.learn(10, callbacks=[None])
+
+
+def test_each_seed_logs_to_its_own_tensorboard_run(tmp_path):
+    kwargs = {**settings(QCFQL), "offline_gradient_steps": 5, "tensorboard_log": str(tmp_path)}
+    SeedParallel(QCFQL, lambda seed: PointReachEnv(), (3, 4), **kwargs).learn(5, tb_log_name="pilot")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["pilot_seed3_1", "pilot_seed4_1"]

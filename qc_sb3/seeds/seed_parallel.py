@@ -70,22 +70,26 @@ class SeedParallel:
         _share_offline_segment(self.models)
         self._turns = SeedTurns(states)
 
-    def learn(self, total_timesteps: int, callbacks: Sequence[Any] | None = None, **learn_kwargs: Any) -> SeedParallel:
+    def learn(
+        self, total_timesteps: int, callbacks: Sequence[Any] | None = None, tb_log_name: str = "run", **learn_kwargs: Any
+    ) -> SeedParallel:
         """
         Every seed's ``learn()``: what remains of its offline phase, then ``total_timesteps`` online env steps.
 
         :param total_timesteps: Online env steps per seed
         :param callbacks: One callback (or None) per seed, as its model's ``learn(callback=...)`` takes it
+        :param tb_log_name: Name of the tensorboard runs: seed s logs as ``<tb_log_name>_seed<s>``
         :param learn_kwargs: The other arguments of the algorithm's ``learn`` (the same for every seed)
         :return: self
         """
         callbacks = self._per_seed(callbacks, "callbacks")
-        self._run(
-            [
-                lambda model=model, callback=callback: model.learn(total_timesteps, callback=callback, **learn_kwargs)
-                for model, callback in zip(self.models, callbacks, strict=True)
-            ]
-        )
+        tasks = [
+            lambda model=model, callback=callback, seed=seed: model.learn(
+                total_timesteps, callback=callback, tb_log_name=f"{tb_log_name}_seed{seed}", **learn_kwargs
+            )
+            for seed, model, callback in zip(self.seeds, self.models, callbacks, strict=True)
+        ]
+        self._run(tasks)
         return self
 
     def pretrain(self, gradient_steps: int | None = None, callbacks: Sequence[Any] | None = None) -> SeedParallel:
