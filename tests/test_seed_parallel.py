@@ -102,6 +102,7 @@ def test_seeds_differ_from_each_other_and_share_the_offline_segment():
     group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, **settings(QCFQL))
     weights = [model.policy.flow.mlp.linears[0].weight for model in group.models]
     assert not th.equal(weights[0], weights[1])
+    group.pretrain(1)  # the seeds' buffers share their offline segment from the first stacked step on
     buffers = [model.replay_buffer for model in group.models]
     assert all(buffer.offline_observations is buffers[0].offline_observations for buffer in buffers)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch as th
@@ -88,6 +89,7 @@ class SeedGroup:
         if len(steps) != 1:
             raise SeedGroupError(f"seeds in one process must train in lockstep; their update counts are {sorted(steps)}")
         if self.update is None:
+            share_offline_segment(models)
             self.update = StackedUpdate(models)
         requests = [request for request in self._requests if request is not None]
         results = self.update([batch for batch, _ in requests], [noise for _, noise in requests])
@@ -107,3 +109,15 @@ class _Member:
 
     def parameters(self) -> dict[str, Any] | None:
         return self.group.seed_parameters(self.index)
+
+
+def share_offline_segment(models: Sequence[FlowQAlgorithm]) -> None:
+    """Let every seed's buffer hold the first seed's offline arrays where its own are equal to them (no copy)."""
+    names = ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end")
+    first = models[0].replay_buffer
+    for model in models[1:]:
+        buffer = model.replay_buffer
+        arrays = [(getattr(first, f"offline_{name}"), getattr(buffer, f"offline_{name}")) for name in names]
+        if all(mine.shape == theirs.shape and (mine == theirs).all() for mine, theirs in arrays):
+            for name in names:
+                setattr(buffer, f"offline_{name}", getattr(first, f"offline_{name}"))

@@ -24,8 +24,8 @@ class SeedParallel:
     in one process: each seed is an ordinary model, built from its own seed (its own initialisation, random
     streams, env, online replay ring and optimizer states), and the seeds' gradient steps run as one stacked update
     (:class:`~qc_sb3.seeds.stacked_update.StackedUpdate`). A seed's results are those of its model trained alone,
-    to float32 rounding. Offline data is read once per seed and then held once: the seeds' buffers share one
-    offline segment.
+    to float32 rounding. Offline data is read once per seed and, from the first stacked step on, held once: the
+    seeds' buffers share one offline segment.
 
     Not supported, refused: ``compile_step=True``; callbacks that stop one seed early (the seeds train in lockstep);
     ``train_freq`` in episodes (the seeds' updates would fall at different times).
@@ -67,7 +67,6 @@ class SeedParallel:
             self.models.append(algorithm(policy, env_factory(seed), seed=seed, **kwargs))
             states.append(global_random_state())  # where a process of its own would stand after building it
         set_global_random_state(outer_state)
-        _share_offline_segment(self.models)
         self._turns = SeedTurns(states)
 
     def learn(
@@ -143,15 +142,3 @@ class SeedParallel:
         finally:
             group.leave()
             set_global_random_state(outer_state)
-
-
-def _share_offline_segment(models: Sequence[FlowQAlgorithm]) -> None:
-    """Let every seed's buffer hold the first seed's offline arrays where its own are equal to them (no copy)."""
-    names = ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end")
-    first = models[0].replay_buffer
-    for model in models[1:]:
-        buffer = model.replay_buffer
-        arrays = [(getattr(first, f"offline_{name}"), getattr(buffer, f"offline_{name}")) for name in names]
-        if all(mine.shape == theirs.shape and (mine == theirs).all() for mine, theirs in arrays):
-            for name in names:
-                setattr(buffer, f"offline_{name}", getattr(first, f"offline_{name}"))
