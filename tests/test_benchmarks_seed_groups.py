@@ -153,7 +153,10 @@ def test_a_group_killed_after_a_checkpoint_resumes_bit_for_bit(tmp_path, separat
     # Killed once every seed has written its first checkpoint (20 offline steps): the others stop with it.
     summaries = execute_together(runs, hook=kill_at_checkpoint(3))
     assert [summary["status"] for summary in summaries] == ["failed"] * 3
-    assert sum("Killed" in summary["error"] for summary in summaries) == 1
+    killed = [summary["run"] for summary in summaries if summary["error"].startswith("Killed")]
+    assert len(killed) == 1
+    # The others name the run that stopped them, and why.
+    assert all(f"{killed[0]} failed: Killed" in summary["error"] for summary in summaries if summary["run"] not in killed)
     calls = count_stacked_steps(monkeypatch)
     assert [summary["status"] for summary in execute_together(runs)] == ["done"] * 3
     assert calls[0] == GRADIENT_STEPS - 20  # resumed together

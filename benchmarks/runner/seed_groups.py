@@ -18,8 +18,8 @@ Which runs of a job train together is decided when the job starts, from where ea
 * A run whose folder cannot be read (a damaged checkpoint, another configuration's results) runs alone, and fails
   there with its own message.
 
-A run of a group that fails stops the group: the others fail with an error naming it (and each keeps its latest
-checkpoint, from which the next session resumes it).
+A run of a group that fails stops the group: the others fail with an error naming it and its error (and each keeps
+its latest checkpoint, from which the next session resumes it).
 """
 
 from __future__ import annotations
@@ -139,12 +139,12 @@ def _train_together(runs: Sequence[RunSpec], hook: RunHook | None) -> dict[str, 
     def train(index: int, run: RunSpec) -> None:
         with group_member(group, index):
             summaries[run.name] = _summary(run, lambda: execute_run(run, hook))
-        if summaries[run.name]["status"] == "failed":
-            raise _RunFailed(run.name)  # stops the group: the others fail at their next gradient step
+        if summaries[run.name]["status"] == "failed":  # stops the group: the others fail at their next gradient step
+            raise GroupMemberFailed(f"{run.name} failed: {summaries[run.name]['error']}")
 
     try:
         turns.run([partial(train, index, run) for index, run in enumerate(runs)])
-    except _RunFailed:
+    except GroupMemberFailed:
         pass  # every run's summary holds its own error (and its folder its error.txt)
     finally:
         group.leave()
@@ -155,5 +155,5 @@ def _train_together(runs: Sequence[RunSpec], hook: RunHook | None) -> dict[str, 
     return summaries
 
 
-class _RunFailed(Exception):
-    """A run of a group failed (its summary says why)."""
+class GroupMemberFailed(Exception):
+    """A run of a group of seeds failed: the group stops (the message names the run and its error)."""
