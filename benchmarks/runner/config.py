@@ -20,7 +20,8 @@ Schema (every section but ``tasks`` and ``methods`` is optional)::
     dataset_cache: ~/.cache/qc_sb3       # generated and converted datasets (default: <out>/datasets)
     hyperparameters: {policy_kwargs: {net_arch: [256, 256]}}   # for every method that has the argument
     env: {max_episode_steps: 200}         # env keyword arguments, for every task that has them
-    execution: {workers: 2, torch_threads: 1, device: auto, num_cpus: 1, num_gpus: 0, runtime_env: null}
+    execution: {workers: 2, torch_threads: 1, device: auto, num_cpus: 1, num_gpus: 0, runtime_env: null,
+                seeds_per_process: 1}         # or {QC: 4}: that many seeds of a method in one process
 
 A run's hyperparameters are, from weakest to strongest: the algorithm's constructor defaults (the paper's common
 settings), the method's flags (:mod:`qc_sb3.benchmarks.runner.methods`) and per-domain settings (declared by the task's
@@ -38,10 +39,11 @@ from typing import Any
 
 import yaml
 
+from qc_sb3.benchmarks.runner.execution_settings import parse_execution
 from qc_sb3.benchmarks.runner.hyperparameters import hyperparameter_problem, is_int
 from qc_sb3.benchmarks.runner.methods import RUNNER_ARGUMENTS, get_method
 from qc_sb3.benchmarks.runner.paths import NAME_RULE, is_valid_name
-from qc_sb3.benchmarks.runner.specs import REQUIRED, BenchmarkConfig, Execution, Option, Protocol, TaskSpec
+from qc_sb3.benchmarks.runner.specs import REQUIRED, BenchmarkConfig, Option, Protocol, TaskSpec
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task, task_names, unavailable_suites
 
 SOURCES = ("official", "generate")
@@ -138,7 +140,9 @@ def load_config(
     datasets = _parse_datasets(problems, data.get("datasets"), task_specs)
     hyperparameters = _parse_hyperparameters(problems, data.get("hyperparameters"), methods)
     env = _parse_env(problems, data.get("env"), task_specs)
-    execution = _parse_execution(problems, data.get("execution"))
+    execution, execution_problems = parse_execution(data.get("execution"), methods)
+    for message in execution_problems:
+        problems.add(message)
     for key in ("name", "description", "out", "dataset_cache"):
         if data.get(key) is not None and not isinstance(data[key], str):
             problems.add(f"{key} must be a string, got {data[key]!r}")
@@ -374,27 +378,3 @@ def _parse_env(problems: Problems, data: Any, tasks: Sequence[TaskSpec]) -> dict
         elif key == "sparse" and not isinstance(value, bool):
             problems.add(f"env.sparse must be true or false, got {value!r}")
     return dict(data)
-
-
-def _parse_execution(problems: Problems, data: Any) -> Execution:
-    if data is None:
-        return Execution()
-    if not isinstance(data, Mapping):
-        problems.add(f"execution must be a mapping, got {data!r}")
-        return Execution()
-    defaults = vars(Execution())
-    _check_keys(problems, "execution", data, list(defaults))
-    values = {**defaults, **{key: value for key, value in data.items() if key in defaults}}
-    if values["workers"] is not None and (not is_int(values["workers"]) or values["workers"] < 1):
-        problems.add(f"execution.workers must be an integer >= 1, got {values['workers']!r}")
-    if not is_int(values["torch_threads"]) or values["torch_threads"] < 1:
-        problems.add(f"execution.torch_threads must be an integer >= 1, got {values['torch_threads']!r}")
-    if not isinstance(values["device"], str):
-        problems.add(f"execution.device must be a string, got {values['device']!r}")
-    for key, minimum in (("num_cpus", 0.0), ("num_gpus", 0.0)):
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-            problems.add(f"execution.{key} must be a number >= {minimum}, got {value!r}")
-    if values["runtime_env"] is not None and not isinstance(values["runtime_env"], Mapping):
-        problems.add(f"execution.runtime_env must be a mapping, got {values['runtime_env']!r}")
-    return Execution(**values)

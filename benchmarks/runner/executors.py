@@ -1,8 +1,8 @@
 """Where runs execute: this process, a local pool of worker processes, or a Ray cluster.
 
-Every executor runs :func:`qc_sb3.benchmarks.runner.runs.execute_run_safely` once per run and writes the same results
-layout; the
-parent polls the runs' progress files meanwhile. Worker processes start with ``spawn`` (no state inherited from a
+Every executor runs :func:`qc_sb3.benchmarks.runner.seed_groups.execute_job_safely` once per job (a run, or the runs
+of one task and method that ``execution.seeds_per_process`` puts in one process) and writes the same results layout;
+the parent polls the runs' progress files meanwhile. Worker processes start with ``spawn`` (no state inherited from a
 parent that may hold threads or CUDA); each run sets its own torch thread count. A worker whose parent dies (a
 runner killed with SIGTERM or SIGKILL, which reach the parent only) exits within :data:`PARENT_CHECK_INTERVAL`
 seconds rather than go on to the queued runs; the run it was on resumes from its checkpoint the next time. Ctrl-C
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from qc_sb3.benchmarks.runner.runs import execute_run_safely
+from qc_sb3.benchmarks.runner.seed_groups import execute_job_safely, plan_jobs
 from qc_sb3.benchmarks.runner.specs import Execution, RunSpec
 
 # Seconds between two progress refreshes of the parent.
@@ -45,18 +45,18 @@ def local_workers(requested: int | None) -> int:
 
 def run_in_process(runs: Sequence[RunSpec], refresh: Refresh | None = None) -> list[dict[str, Any]]:
     """
-    Run one after another in this process.
+    Run one job after another in this process.
 
     :param runs: The runs
-    :param refresh: Called after each run
+    :param refresh: Called after each job
     :return: The runs' summaries, in order
     """
     summaries = []
-    for run in runs:
-        summaries.append(execute_run_safely(run))
+    for job in plan_jobs(runs):
+        summaries += execute_job_safely(job)
         if refresh is not None:
             refresh()
-    return summaries
+    return _in_order(summaries, runs)
 
 
 def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | None = None) -> list[dict[str, Any]]:
@@ -70,8 +70,9 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
     """
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),))
+    jobs = plan_jobs(runs)
     with pool:
-        futures: list[Future] = [pool.submit(execute_run_safely, run) for run in runs]
+        futures: list[Future] = [pool.submit(execute_job_safely, job) for job in jobs]
         pending = set(futures)
         try:
             while pending:
@@ -86,7 +87,8 @@ def run_local_pool(runs: Sequence[RunSpec], workers: int, refresh: Refresh | Non
             for process in processes:
                 process.terminate()
             raise
-        return [_result(future, run) for future, run in zip(futures, runs, strict=True)]
+        summaries = [summary for future, job in zip(futures, jobs, strict=True) for summary in _result(future, job)]
+        return _in_order(summaries, runs)
 
 
 def start_worker(parent_pid: int) -> None:
@@ -120,12 +122,20 @@ def exit_with_parent(parent_pid: int, interval: float = PARENT_CHECK_INTERVAL) -
     return thread
 
 
-def _result(future: Future, run: RunSpec) -> dict[str, Any]:
-    """A future's summary, or a failure if its worker died."""
+def _result(future: Future, job: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    """A future's summaries, or failures if its worker died."""
     error = future.exception()
-    if error is None:
-        return future.result()
-    return {"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"}
+    return future.result() if error is None else _failed(job, error)
+
+
+def _failed(job: Sequence[RunSpec], error: BaseException) -> list[dict[str, Any]]:
+    return [{"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"} for run in job]
+
+
+def _in_order(summaries: Sequence[dict[str, Any]], runs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    """The summaries in the order of the runs."""
+    by_name = {summary["run"]: summary for summary in summaries}
+    return [by_name[run.name] for run in runs]
 
 
 def run_on_ray(
@@ -136,12 +146,13 @@ def run_on_ray(
     refresh: Refresh | None = None,
 ) -> list[dict[str, Any]]:
     """
-    Run each run as a Ray task on a cluster; results go to the runs' folders, which the cluster's nodes must share.
+    Run each job (a run, or runs of one task and method together) as a Ray task on a cluster; results go to the runs'
+    folders, which the cluster's nodes must share.
 
     :param runs: The runs
     :param address: The cluster's address (``auto``, ``ray://host:port``, ...), or ``local`` to start a Ray instance on
         this machine
-    :param execution: ``num_cpus``, ``num_gpus`` of each task and the ``runtime_env``
+    :param execution: ``num_cpus``, ``num_gpus`` of each task (a job of several runs too) and the ``runtime_env``
     :param local_cpus: CPUs of a local instance (default: the cores)
     :param refresh: Called every :data:`POLL_INTERVAL` seconds while runs go on
     :return: The runs' summaries, in order
@@ -158,20 +169,21 @@ def run_on_ray(
         else:
             ray.init(address=address, **options)
     try:
-        task = ray.remote(execute_run_safely).options(num_cpus=execution.num_cpus, num_gpus=execution.num_gpus, max_retries=0)
-        references = [task.remote(run) for run in runs]
+        task = ray.remote(execute_job_safely).options(num_cpus=execution.num_cpus, num_gpus=execution.num_gpus, max_retries=0)
+        jobs = plan_jobs(runs)
+        references = [task.remote(job) for job in jobs]
         pending = list(references)
         while pending:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_INTERVAL)
             if refresh is not None:
                 refresh()
         summaries = []
-        for reference, run in zip(references, runs, strict=True):
+        for reference, job in zip(references, jobs, strict=True):
             try:
-                summaries.append(ray.get(reference))
+                summaries += ray.get(reference)
             except Exception as error:
-                summaries.append({"run": run.name, "status": "failed", "error": f"{type(error).__name__}: {error}"})
-        return summaries
+                summaries += _failed(job, error)
+        return _in_order(summaries, runs)
     finally:
         if started_here:
             ray.shutdown()

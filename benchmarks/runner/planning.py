@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qc_sb3.benchmarks.runner.config import Problems, parse_seeds
+from qc_sb3.benchmarks.runner.execution_settings import grouping_problem, seeds_per_process
 from qc_sb3.benchmarks.runner.methods import constructor_arguments, get_method, merge
 from qc_sb3.benchmarks.runner.specs import BenchmarkConfig, Protocol, RunSpec, TaskSpec, expand_path
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task
@@ -43,6 +44,10 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
             hyperparameters = resolve_hyperparameters(method_name, task, config, env_kwargs)
             hyperparameters = merge(hyperparameters, method_overrides)
             _check_constructible(problems, method_name, task.domain, hyperparameters, config.protocol, checked)
+            group_size = seeds_per_process(config.execution, method_name)
+            problem = grouping_problem(method_name, hyperparameters) if group_size > 1 else None
+            if problem is not None and problem not in problems.messages:  # once per method, not per task
+                problems.add(problem)
             for seed in task_seeds:
                 runs.append(
                     RunSpec(
@@ -61,6 +66,7 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
                         run_dir=str(Path(out) / task.name / method_name / f"seed{seed}"),
                         torch_threads=config.execution.torch_threads,
                         device=config.execution.device,
+                        seeds_per_process=group_size,
                     )
                 )
     problems.raise_if_any("(the algorithms' own argument checks)")

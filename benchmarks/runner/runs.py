@@ -70,6 +70,7 @@ from qc_sb3.benchmarks.runner.evaluations import (
     write_rows,
 )
 from qc_sb3.benchmarks.runner.failures import record_failure
+from qc_sb3.benchmarks.runner.group_membership import join_seed_group
 from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.methods import constructor_arguments
 from qc_sb3.benchmarks.runner.paths import UnsafePathError, check_run_paths
@@ -223,6 +224,7 @@ def _execute_locked(run: RunSpec, hook: RunHook | None) -> dict[str, Any]:
     except BaseException:
         env.close()
         raise
+    join_seed_group(model)  # a run of a group of seeds (seed_groups.py) trains with the others from here on
     _record_versions(run_dir, state)
     earlier_wall_time = state.wall_time
     # Rows written after the checkpoint (a kill between the two) are dropped: they are evaluated again.

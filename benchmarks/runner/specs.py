@@ -175,6 +175,8 @@ class Execution:
     :param num_cpus: CPUs a Ray task reserves
     :param num_gpus: GPUs a Ray task reserves
     :param runtime_env: Ray runtime environment of the tasks (``working_dir``, ``env_vars``, ...)
+    :param seeds_per_process: Seeds of one task and method that run together in one process (one job of the
+        executor), for every method, or per method (a mapping; the others 1); 1: every run its own process
     """
 
     workers: int | None = None
@@ -183,6 +185,7 @@ class Execution:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     runtime_env: dict[str, Any] | None = None
+    seeds_per_process: int | dict[str, int] = 1
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,8 @@ class RunSpec:
     :param device: Torch device
     :param offline_dataset: The algorithms' ``offline_dataset`` argument for the prepared data, a Minari dataset
         folder or ``OfflineShards`` of folders (set once datasets are prepared; the algorithms check it)
+    :param seeds_per_process: How many runs of its task and method (other seeds) run in one process with it; not
+        part of its results (:mod:`qc_sb3.benchmarks.runner.seed_groups`)
     """
 
     task: str
@@ -256,6 +261,7 @@ class RunSpec:
     torch_threads: int = 1
     device: str = "auto"
     offline_dataset: str | OfflineShards | None = None
+    seeds_per_process: int = 1
 
     @property
     def name(self) -> str:
