@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,9 @@ from qc_sb3.seeds import SeedParallel
 RUNNER_NAMES = {"QC": "QC", "QCFQL": "QC-FQL", "BFN": "BFN", "BFN-n": "BFN-n", "FQL": "FQL", "FQL-n": "FQL-n"}
 PAPER_VARIANTS = ("BFN", "BFN-n", "FQL", "FQL-n")
 REFERENCE_METHODS = ("QC", "QCFQL")
+# The online ring of each model: offline steps never read it, and the default million rows of every seed's ring
+# would not fit in memory at S = 8.
+ONLINE_BUFFER_SIZE = 1000
 # (config name, method, seeds in the process, arrangement)
 Key = tuple[str, str, int, str]
 
@@ -91,7 +95,7 @@ def make_trainer(
     """
     An ordinary model (``stacked=False``, one seed) or a :class:`~qc_sb3.seeds.SeedParallel` of ``n_seeds``, built
     as :func:`~qc_sb3.benchmarks.speed.step_speed.build` builds its models (obs 40, A 5, B 256, random offline
-    data), with the method's flags, their loggers silent.
+    data; an online ring of 1000 rows), with the method's flags, their loggers silent.
 
     :param method: A name of :data:`RUNNER_NAMES`
     :param config: One of :data:`~qc_sb3.benchmarks.speed.step_speed.CONFIGS` (or one like it)
@@ -105,7 +109,7 @@ def make_trainer(
     spec = PAPER_METHODS[RUNNER_NAMES[method]]
     kwargs: dict[str, Any] = {
         "policy_kwargs": {"net_arch": config["net_arch"]}, "chunk_size": CHUNK_SIZE, "device": device,
-        "offline_dataset": dataset, **spec.flags,
+        "offline_dataset": dataset, "buffer_size": ONLINE_BUFFER_SIZE, **spec.flags,
     }  # fmt: skip
     if "actor_num_samples" in spec.per_domain:
         kwargs["actor_num_samples"] = config["actor_num_samples"]
@@ -262,6 +266,7 @@ def run(
     :param reference: The reference's figures of (config, method), for QC and QCFQL; None: not timed
     :return: The printed lines, and the cost rows
     """
+    started = time.perf_counter()
     threads = th.get_num_threads()
     two_processes = th.device(device).type == "cpu" and len(os.sched_getaffinity(0)) >= 2
     dataset = random_dataset()
@@ -280,7 +285,8 @@ def run(
     matmul_seconds: list[float] = []
     seconds: dict[Key, list[list[float]]] = {key: [] for key in keys}
     try:
-        for _ in range(rounds):
+        for round_index in range(rounds):
+            print(f"round {round_index + 1} of {rounds} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
             matmul(), matmul()
             for _ in range(steps):
                 start = time.perf_counter()
@@ -298,6 +304,9 @@ def run(
     if reference is not None:
         for config_name, method in dict.fromkeys((c, m) for c, m, _, _ in keys):
             if method in REFERENCE_METHODS:
+                print(
+                    f"reference {config_name} {method} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True
+                )
                 references[config_name, method] = reference(configs[config_name], method)
 
     rates: dict[Key, float] = {}
