@@ -51,7 +51,7 @@ CONFIRM_INTRODUCTION = (
 )
 SPEED = ROOT / "results" / "speed"
 # Logs the speed page shows whole, beside the step-time tables (of the others it shows the header line).
-WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "seed-steps-small.txt", "seed-steps-default.txt")
+WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "seed-steps-small.txt")
 LOG_NOTES = {
     "against-sac.txt": "Stable-Baselines3's SAC against qc_sb3's cheapest settings at the same widths, env steps per "
     "second of `learn()` with one gradient step per env step: RLPD with K = 2 critics and h = 1 is SAC plus the "
@@ -66,7 +66,7 @@ SEED_STEPS_NOTE = (
     "machine's threads, or two one-thread processes summed). The cost per 1000 offline gradient steps per seed of "
     "the paper's methods at 2 x 256 is in `results/speed/seeds-cost.csv`."
 )
-LOG_NOTES["seed-steps-small.txt"] = LOG_NOTES["seed-steps-default.txt"] = SEED_STEPS_NOTE
+LOG_NOTES["seed-steps-small.txt"] = SEED_STEPS_NOTE
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
 RUN_RECORD = "\n## Run record\n"
