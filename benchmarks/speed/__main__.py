@@ -1,5 +1,5 @@
-"""``python -m qc_sb3.benchmarks.speed``: the step-time benchmark against the reference."""
+"""``python -m qc_sb3.benchmarks.speed``: the step-time benchmark against the reference (with ``--seeds``: S seeds)."""
 
-from qc_sb3.benchmarks.speed.step_speed import main
+from qc_sb3.benchmarks.speed.seed_speed import main
 
 main()

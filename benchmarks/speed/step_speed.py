@@ -268,16 +268,33 @@ def checked_reference_options(
     return options
 
 
-def main() -> None:
+def build_parser(methods: tuple[str, ...] = METHODS) -> argparse.ArgumentParser:
+    """
+    The command line of the step-time benchmark.
+
+    :param methods: The names ``--methods`` accepts
+    :return: The parser
+    """
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=5, help="rounds over all models")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per model and round")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=["QC", "QCFQL"], choices=methods)
     parser.add_argument("--compile-step", action="store_true", help="also time the step with compile_step=True")
     add_reference_options(parser, "script that times the reference agents (RESULT lines)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(parser: argparse.ArgumentParser | None = None, args: argparse.Namespace | None = None) -> None:
+    """
+    Time every model and print the tables.
+
+    :param parser: The command line (:func:`build_parser`'s by default)
+    :param args: Its parsed arguments (parsed from ``sys.argv`` by default)
+    """
+    parser = build_parser() if parser is None else parser
+    args = parser.parse_args() if args is None else args
     reference_options = checked_reference_options(parser, args)
 
     dataset = random_dataset()
