@@ -16,6 +16,7 @@ ASSETS = DOCS / "assets" / "results"
 REPORTS = {
     "Evidence runs": ROOT / "results" / "evidence" / "report",
     "Quickstart on five seeds": ROOT / "results" / "quickstart-seeds" / "report",
+    "Chunk execution": ROOT / "results" / "chunk-execution" / "report",
 }
 INTRODUCTIONS = {
     "Evidence runs": "Two parts, both on OGBench's cube-single task 1 from play data generated here; protocol and "
@@ -36,6 +37,15 @@ INTRODUCTIONS = {
     "- This is one task at a small scale with three seeds for most methods, hence wide intervals: it shows the "
     "ordering of the methods, not the paper's numbers. Why this task (the pilots on harder tasks learned nothing "
     "within this budget): `results/evidence/pilot/README.md`.",
+    "Chunk execution": "Re-planning every k steps (`QC-FQL@k1`, `@k2`) against whole chunks (k = h = 5: `QC-FQL`, "
+    "`QC`, part A's runs) on part A's protocol, data and seeds (`benchmarks/configs/chunk-execution.yaml`, "
+    "`results/chunk-execution/README.md`); rebuilt by `qc-bench-report results/chunk-execution --also "
+    "results/evidence/parity/cube-single-play-singletask-task1-v0/QC "
+    "results/evidence/parity/cube-single-play-singletask-task1-v0/QC-FQL --finished-only`. Training does not depend "
+    "on how chunks are executed (the buffer samples windows from every step), so the offline-end column isolates "
+    "execution at evaluation, and the online-end column adds its effect on the data collected. Each option's decision "
+    "cost per env step is on the speed page (`chunk-execution.txt`). How to read it: for QC-FQL, re-planning lowers "
+    "success at both phase ends, offline and online; QC's re-planning runs are not in the table until they finish.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
