@@ -1,4 +1,4 @@
-"""ChunkReplayBuffer against a brute-force, per-sample computation of docs/algorithms.md §1."""
+"""ChunkReplayBuffer and its variants against a brute-force, per-sample computation of docs/algorithms.md §1."""
 
 from __future__ import annotations
 
@@ -11,12 +11,20 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qc_sb3 import ChunkReplayBuffer, DeviceChunkReplayBuffer
+from qc_sb3 import ChunkReplayBuffer, DeviceChunkReplayBuffer, ImageChunkReplayBuffer
 
 OBS_DIM = 3
 ACTION_DIM = 2
-# The plain NumPy buffer and its device-resident fast path: both must give the windows of the brute force.
-BUFFER_CLASSES = [ChunkReplayBuffer, DeviceChunkReplayBuffer]
+# An image observation: uint8 frames whose first two bytes are the step id (base 256), the third 0 for an
+# observation and 1 for a next observation that is no step's observation.
+FRAME_SHAPE = (4, 4, 3)
+OBSERVATION_SPACES = {
+    "state": spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32),
+    "image": spaces.Box(0, 255, FRAME_SHAPE, np.uint8),
+}
+# The plain NumPy buffer, its device-resident fast path and the one storing each frame once: all must give the
+# windows of the brute force.
+BUFFER_CLASSES = [ChunkReplayBuffer, DeviceChunkReplayBuffer, ImageChunkReplayBuffer]
 
 
 @dataclass
@@ -31,19 +39,39 @@ class Step:
     episode_end: bool
 
 
-def make_step(rng: np.random.Generator, step_id: int, terminated: bool, episode_end: bool) -> Step:
-    obs = np.array([step_id, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
-    next_obs = np.array([-step_id - 1, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
+def make_frame(rng: np.random.Generator, step_id: int, marker: int) -> np.ndarray:
+    frame = rng.integers(0, 256, size=FRAME_SHAPE, dtype=np.uint8)
+    frame.reshape(-1)[:3] = (step_id // 256, step_id % 256, marker)
+    return frame
+
+
+def step_ids(observations: np.ndarray | th.Tensor) -> np.ndarray:
+    """The step id that each observation (a state's first number, or a frame's first two bytes) carries."""
+    flat = np.asarray(observations).reshape(len(observations), -1)
+    if flat.shape[1] == OBS_DIM:
+        return flat[:, 0].astype(np.int64)
+    return flat[:, 0].astype(np.int64) * 256 + flat[:, 1].astype(np.int64)
+
+
+def make_step(rng: np.random.Generator, step_id: int, terminated: bool, episode_end: bool, kind: str = "state") -> Step:
+    if kind == "image":
+        obs, next_obs = make_frame(rng, step_id, 0), make_frame(rng, step_id, 1)
+    else:
+        obs = np.array([step_id, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
+        next_obs = np.array([-step_id - 1, *rng.normal(size=OBS_DIM - 1)], dtype=np.float32)
     action = rng.uniform(-0.9, 0.9, size=ACTION_DIM).astype(np.float32)
     return Step(obs, action, float(rng.normal()), next_obs, terminated, episode_end)
 
 
 def make_buffer(
-    size: int, n_envs: int = 1, buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer, **kwargs
+    size: int,
+    n_envs: int = 1,
+    buffer_class: type[ChunkReplayBuffer] = ChunkReplayBuffer,
+    kind: str = "state",
+    **kwargs,
 ) -> ChunkReplayBuffer:
-    observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
     action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
-    return buffer_class(size, observation_space, action_space, n_envs=n_envs, **kwargs)
+    return buffer_class(size, OBSERVATION_SPACES[kind], action_space, n_envs=n_envs, **kwargs)
 
 
 def brute_force_window(stream: list[Step], t: int, h: int, gamma: float) -> dict[str, np.ndarray]:
@@ -84,12 +112,19 @@ def episode_layouts(max_episodes: int, last_may_continue: bool):
     )
 
 
-def steps_of(layout, rng: np.random.Generator, first_id: int) -> list[Step]:
+def steps_of(layout, rng: np.random.Generator, first_id: int, kind: str = "state") -> list[Step]:
+    """
+    Steps of the given episodes. Image steps are those of an env: inside an episode the next observation is the
+    following step's observation (the same frame), and an episode's last step has a frame of its own.
+    """
     steps = []
     for length, ending in layout:
         for k in range(length):
             last = k == length - 1
-            steps.append(make_step(rng, first_id + len(steps), last and ending == "terminated", last and ending != "ongoing"))
+            step_id = first_id + len(steps)
+            steps.append(make_step(rng, step_id, last and ending == "terminated", last and ending != "ongoing", kind))
+            if kind == "image" and k > 0:
+                steps[-2].next_obs = steps[-1].obs
     return steps
 
 
@@ -118,17 +153,21 @@ def add_offline(buffer: ChunkReplayBuffer, steps: list[Step]) -> None:
 
 
 def check_batch_against_brute_force(batch, streams_by_id: dict[int, tuple[list[Step], int]], h: int, gamma: float):
-    for row in range(batch.observations.shape[0]):
-        step_id = int(batch.observations[row, 0].item())
+    for row, step_id in enumerate(step_ids(batch.observations)):
         assert step_id in streams_by_id, f"sampled step {step_id} is not stored (evicted or never added)"
         stream, t = streams_by_id[step_id]
         expected = brute_force_window(stream, t, h, gamma)
         for name, value in expected.items():
             np.testing.assert_allclose(
-                getattr(batch, name)[row].cpu().numpy(), value, rtol=1e-5, atol=1e-5, err_msg=f"{name} of window at {step_id}"
+                getattr(batch, name)[row].cpu().numpy(),
+                np.asarray(value, dtype=np.float32),
+                rtol=1e-5,
+                atol=1e-5,
+                err_msg=f"{name} of window at {step_id}",
             )
 
 
+@pytest.mark.parametrize("kind", ["state", "image"])
 @pytest.mark.parametrize("buffer_class", BUFFER_CLASSES)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
@@ -139,29 +178,29 @@ def check_batch_against_brute_force(batch, streams_by_id: dict[int, tuple[list[S
     gamma=st.sampled_from([0.5, 0.9, 0.99, 1.0]),
     seed=st.integers(0, 2**16),
 )
-def test_windows_match_brute_force(buffer_class, offline_layout, online_layouts, ring_per_env, h, gamma, seed):
+def test_windows_match_brute_force(buffer_class, kind, offline_layout, online_layouts, ring_per_env, h, gamma, seed):
     rng = np.random.default_rng(seed)
     np.random.seed(seed)
     th.manual_seed(seed)
     n_envs = len(online_layouts)
-    buffer = make_buffer(ring_per_env * n_envs, n_envs=n_envs, buffer_class=buffer_class, chunk_size=h, gamma=gamma)
+    buffer = make_buffer(ring_per_env * n_envs, n_envs, buffer_class, kind, chunk_size=h, gamma=gamma)
     streams_by_id: dict[int, tuple[list[Step], int]] = {}
 
     if offline_layout is not None:
         offline_layout = [*offline_layout, (h, "truncated")]  # at least one episode as long as a chunk
-        offline = steps_of(offline_layout, rng, first_id=0)
+        offline = steps_of(offline_layout, rng, first_id=0, kind=kind)
         add_offline(buffer, offline)
-        streams_by_id.update({int(s.obs[0]): (offline, t) for t, s in enumerate(offline)})
+        streams_by_id.update({int(i): (offline, t) for t, i in enumerate(step_ids(np.stack([s.obs for s in offline])))})
 
     # Online streams: each env gets its own layout, cut or padded with ongoing steps to a common length.
     first_ids = [10_000 * (env + 1) for env in range(n_envs)]
-    streams = [steps_of(layout, rng, first_id) for layout, first_id in zip(online_layouts, first_ids, strict=True)]
+    streams = [steps_of(layout, rng, first, kind) for layout, first in zip(online_layouts, first_ids, strict=True)]
     length = min(len(stream) for stream in streams)
     streams = [stream[:length] for stream in streams]
     add_online(buffer, streams)
     for stream in streams:
         kept = stream[-ring_per_env:]  # the ring keeps each env's newest steps; older ones are overwritten
-        streams_by_id.update({int(s.obs[0]): (kept, t) for t, s in enumerate(kept)})
+        streams_by_id.update({int(i): (kept, t) for t, i in enumerate(step_ids(np.stack([s.obs for s in kept])))})
 
     batch = buffer.sample(256)
     assert batch.actions.shape == (256, h, ACTION_DIM)

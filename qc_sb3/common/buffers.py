@@ -83,6 +83,9 @@ class ChunkReplayBuffer(ReplayBuffer):
     :param handle_timeout_termination: Must be True: truncations are episode ends but not terminations
     """
 
+    # The arrays of the offline segment, each ``offline_<name>`` (clear_offline empties them).
+    offline_fields: tuple[str, ...] = ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end")
+
     def __init__(
         self,
         buffer_size: int,
@@ -194,7 +197,7 @@ class ChunkReplayBuffer(ReplayBuffer):
 
     def clear_offline(self) -> None:
         """Empty the offline segment (the online ring is untouched), e.g. to load the next shard of a dataset."""
-        for name in ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end"):
+        for name in self.offline_fields:
             array = getattr(self, f"offline_{name}")
             setattr(self, f"offline_{name}", np.zeros((0, *array.shape[1:]), dtype=array.dtype))
 
@@ -231,13 +234,14 @@ class ChunkReplayBuffer(ReplayBuffer):
                 f"add_offline: actions must be in the buffer's [-1, 1] scale (use policy.scale_action), got values "
                 f"in [{low}, {high}]"
             )
+        # No copy of the observations where their dtype is the stored one: add_offline concatenates them anyway.
         return {
-            "observations": given["observations"].astype(self.storage_obs_dtype),
+            "observations": np.asarray(given["observations"], dtype=self.storage_obs_dtype),
             "actions": np.clip(
                 given["actions"].reshape(n_steps, self.action_dim), -OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP
             ).astype(self.storage_action_dtype),
             "rewards": given["rewards"].astype(np.float32),
-            "next_observations": given["next_observations"].astype(self.storage_obs_dtype),
+            "next_observations": np.asarray(given["next_observations"], dtype=self.storage_obs_dtype),
             "terminated": given["terminated"].astype(bool).astype(np.float32),
             # No data follows the last step: it ends its windows, as an online stream's newest step does.
             "episode_end": np.concatenate([given["episode_end"][:-1].astype(bool), [True]]).astype(np.float32),
@@ -285,11 +289,19 @@ class ChunkReplayBuffer(ReplayBuffer):
         return _Windows(
             observations=self.offline_observations[starts],
             actions=self.offline_actions[steps],
-            next_observations=self.offline_next_observations[steps[:, -1]],
+            next_observations=self._offline_next_frames(steps[:, -1]),
             rewards=self.offline_rewards[steps] * ~padding,
             terminated=self.offline_terminated[steps],
             episode_end=self.offline_episode_end[steps],
         )
+
+    def _offline_next_frames(self, steps: np.ndarray) -> np.ndarray:
+        """The stored next observations of the given offline steps."""
+        return self.offline_next_observations[steps]
+
+    def _online_next_frames(self, rows: np.ndarray, env_indices: np.ndarray, at_newest: np.ndarray) -> np.ndarray:
+        """The stored next observations at the given ring rows of the given envs (``at_newest``: the stream's newest step)."""
+        return self.next_observations[rows, env_indices]
 
     def _online_windows(self, flat_starts: np.ndarray) -> _Windows:
         """Windows of the online ring; ``flat_starts`` index (time in stream) * n_envs + env."""
@@ -307,7 +319,7 @@ class ChunkReplayBuffer(ReplayBuffer):
         return _Windows(
             observations=self.observations[rows[:, 0], env_indices],
             actions=self.actions[rows, columns],
-            next_observations=self.next_observations[rows[:, -1], env_indices],
+            next_observations=self._online_next_frames(rows[:, -1], env_indices, at_newest[:, -1]),
             rewards=self.rewards[rows, columns] * ~padding,
             terminated=dones * (1.0 - timeouts),
             episode_end=np.maximum(dones, at_newest),

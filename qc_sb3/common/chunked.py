@@ -24,6 +24,7 @@ from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.chunk_execution import ChunkExecutionOptions
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env, with_observation_checks
+from qc_sb3.common.image_buffer import chunk_buffer_class_for
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
 from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
 from qc_sb3.common.model_file import check_model_file
@@ -81,7 +82,8 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
     :param offline_log_interval: Offline gradient steps between two dumps of the ``offline/*`` logs
     :param offline_sparse_rewards: Replace the offline rewards r by -1 * [r != 0] (docs/algorithms.md §6, the reference's
         ``--sparse``; for envs whose online reward is made sparse the same way)
-    :param replay_buffer_class: ChunkReplayBuffer (NumPy storage, the default) or a subclass, e.g.
+    :param replay_buffer_class: ChunkReplayBuffer (NumPy storage, the default; on an image observation space it builds
+        :class:`~qc_sb3.common.image_buffer.ImageChunkReplayBuffer`, each frame stored once) or a subclass, e.g.
         :class:`~qc_sb3.common.device_buffer.DeviceChunkReplayBuffer` (storage and window sampling on ``device``)
     :param replay_buffer_kwargs: Keyword arguments of the replay buffer (e.g. ``offline_fraction``)
     :param policy_kwargs: Additional arguments to be passed to the policy on creation
@@ -207,6 +209,7 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         offline_data = self._read_offline_data()
         self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "chunk_size": self.chunk_size, "gamma": self.gamma}
         self.policy_kwargs = {**self.policy_kwargs, **self._chunk_policy_kwargs()}
+        self.replay_buffer_class = chunk_buffer_class_for(self.replay_buffer_class, self.observation_space)
         super()._setup_model()
         if self._vec_normalize_env is not None and isinstance(self.replay_buffer, DeviceChunkReplayBuffer):
             raise ValueError(

@@ -113,8 +113,8 @@ class _Member:
 
 def share_offline_segment(models: Sequence[FlowQAlgorithm]) -> None:
     """Let every seed's buffer hold the first seed's offline arrays where its own are equal to them (no copy)."""
-    names = ("observations", "next_observations", "actions", "rewards", "terminated", "episode_end")
     first = models[0].replay_buffer
+    names = first.offline_fields
     for model in models[1:]:
         buffer = model.replay_buffer
         arrays = [(getattr(first, f"offline_{name}"), getattr(buffer, f"offline_{name}")) for name in names]
