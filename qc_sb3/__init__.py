@@ -2,6 +2,7 @@
 
 from qc_sb3.common.buffers import ChunkReplayBuffer, ChunkReplayBufferSamples
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
+from qc_sb3.common.encoders import ImpalaSmallExtractor
 from qc_sb3.common.image_buffer import ImageChunkReplayBuffer
 from qc_sb3.common.macro_buffer import ChunkDiscountReplayBuffer
 from qc_sb3.common.offline_source import OfflineShards
@@ -23,6 +24,7 @@ __all__ = [
     "ChunkedActionWrapper",
     "DeviceChunkReplayBuffer",
     "ImageChunkReplayBuffer",
+    "ImpalaSmallExtractor",
     "OfflineShards",
     "SeedParallel",
     "__version__",

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -27,18 +28,47 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 
+from image_tasks import IMAGE_OBSERVATIONS, image_offline_arrays, make_image_env
 from test_qc import ACTION_DIM, EPISODE_LENGTH, OBS_DIM, TINY, DriftEnv, make_env, offline_arrays
+
+
+@dataclass(frozen=True)
+class Task:
+    """
+    What a variant trains on: the policy alias, the env, its offline data, observations to predict on (as the env
+    gives them) and the tiny networks' ``policy_kwargs``.
+    """
+
+    policy: str
+    make_env: Callable[[], gym.Env]
+    offline_arrays: Callable[[], dict[str, np.ndarray]]
+    observations: np.ndarray
+    policy_kwargs: dict[str, Any]
+
+
+STATE_OBSERVATIONS = np.random.default_rng(5).normal(size=(4, OBS_DIM)).astype(np.float32)
+STATE = Task("MlpPolicy", make_env, offline_arrays, STATE_OBSERVATIONS, TINY)
+# uint8 images channels last: SB3 reads them channels first through VecTransposeImage, the offline data included.
+IMAGE = Task(
+    "CnnPolicy",
+    make_image_env,
+    image_offline_arrays,
+    IMAGE_OBSERVATIONS,
+    {**TINY, "features_extractor_kwargs": {"features_dim": 16}},
+)
 
 
 @dataclass(frozen=True)
 class Variant:
     """
-    An algorithm and the constructor arguments that make one of the paper's methods of it (tiny sizes). ``kwargs``
-    may hold ``policy_kwargs`` (e.g. a ``features_extractor_class``) to replace the tiny MLPs' ``net_arch``.
+    An algorithm and the constructor arguments that make one of the paper's methods of it (tiny sizes), on a task
+    (:data:`STATE` unless said). ``kwargs`` may hold ``policy_kwargs`` (e.g. a ``features_extractor_class``) to
+    replace the task's.
     """
 
     algorithm: type[ChunkedOffPolicyAlgorithm]
     kwargs: dict[str, Any]
+    task: Task = field(default=STATE)
 
     @property
     def decision_length(self) -> int:
@@ -65,12 +95,15 @@ VARIANTS = {
     "RLPD": Variant(RLPD, {**RLPD_KWARGS, "chunk_size": 1}),
     "RLPD-AC": Variant(RLPD, {**RLPD_KWARGS, "chunk_size": 3}),
     "QC-RLPD": Variant(RLPD, {**RLPD_KWARGS, "chunk_size": 3, "bc_alpha": 0.01}),
+    # CnnPolicy on images (a small buffer: the default's million image steps would not fit in memory).
+    "QC-CnnPolicy": Variant(QC, {**QC_KWARGS, "chunk_size": 3, "buffer_size": 100}, IMAGE),
+    "QC-FQL-CnnPolicy": Variant(QCFQL, {**FQL_KWARGS, "chunk_size": 3, "buffer_size": 100}, IMAGE),
+    "RLPD-AC-CnnPolicy": Variant(RLPD, {**RLPD_KWARGS, "chunk_size": 3, "buffer_size": 100}, IMAGE),
 }
 CHUNKED_VARIANTS = [name for name, variant in VARIANTS.items() if variant.decision_length > 1]
 # Hyperparameters away from every algorithm's default, so that a load that fell back to a default would show.
 COMMON_KWARGS = {"learning_starts": 6, "batch_size": 8, "gamma": 0.9, "tau": 0.02, "learning_rate": 1e-3}
 N_ENVS, ONLINE_STEPS = 2, 24
-OBSERVATIONS = np.random.default_rng(5).normal(size=(4, OBS_DIM)).astype(np.float32)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,14 +146,15 @@ class CallCounter(BaseCallback):
 
 
 def make_model(variant: Variant, env: Any = None, **overrides: Any) -> ChunkedOffPolicyAlgorithm:
-    kwargs = {"policy_kwargs": TINY, **COMMON_KWARGS, **variant.kwargs, **overrides}
-    model = variant.algorithm("MlpPolicy", env or make_env(), offline_dataset=offline_arrays(), seed=0, **kwargs)
+    task = variant.task
+    kwargs = {"policy_kwargs": task.policy_kwargs, **COMMON_KWARGS, **variant.kwargs, **overrides}
+    model = variant.algorithm(task.policy, env or task.make_env(), offline_dataset=task.offline_arrays(), seed=0, **kwargs)
     model.set_logger(configure(None, []))
     return model
 
 
-def two_env_recorders() -> tuple[DummyVecEnv, list[ActionRecorder]]:
-    recorders = [ActionRecorder(Monitor(make_env())) for _ in range(N_ENVS)]
+def two_env_recorders(task: Task) -> tuple[DummyVecEnv, list[ActionRecorder]]:
+    recorders = [ActionRecorder(Monitor(task.make_env())) for _ in range(N_ENVS)]
     return DummyVecEnv([lambda recorder=recorder: recorder for recorder in recorders]), recorders
 
 
@@ -138,7 +172,7 @@ class TrainedRun:
 def run(request) -> TrainedRun:
     """One trained model per variant, shared by the checks that only read it (predict, save, evaluate)."""
     variant = VARIANTS[request.param]
-    env, recorders = two_env_recorders()
+    env, recorders = two_env_recorders(variant.task)
     model = make_model(variant, env)
     callback = CallCounter()
     model.learn(total_timesteps=ONLINE_STEPS, callback=callback)
@@ -186,30 +220,33 @@ def test_env_gets_actions_in_its_own_scale_and_the_buffer_stores_them_in_minus_o
 
 def test_predict_shapes_for_one_observation_and_a_batch(run):
     low, high = DriftEnv.action_space.low, DriftEnv.action_space.high
+    observations = run.variant.task.observations
     for deterministic in (False, True):
-        action, state = run.model.predict(OBSERVATIONS[0], deterministic=deterministic)
+        action, state = run.model.predict(observations[0], deterministic=deterministic)
         assert action.shape == (ACTION_DIM,) and state is not None
-        action, _ = run.model.predict(OBSERVATIONS[0], state=state, deterministic=deterministic)
+        action, _ = run.model.predict(observations[0], state=state, deterministic=deterministic)
         assert action.shape == (ACTION_DIM,)
-        actions, state = run.model.predict(OBSERVATIONS, deterministic=deterministic)
-        assert actions.shape == (len(OBSERVATIONS), ACTION_DIM)
+        actions, state = run.model.predict(observations, deterministic=deterministic)
+        assert actions.shape == (len(observations), ACTION_DIM)
         assert ((actions >= low) & (actions <= high)).all()
-        actions, _ = run.model.predict(OBSERVATIONS, state=state, episode_start=np.zeros(4, bool))
-        assert actions.shape == (len(OBSERVATIONS), ACTION_DIM)
+        actions, _ = run.model.predict(observations, state=state, episode_start=np.zeros(4, bool))
+        assert actions.shape == (len(observations), ACTION_DIM)
 
 
 def first_action(model_or_policy, observations: np.ndarray) -> np.ndarray:
     """The deterministic action at an episode's first observation(s): a fresh chunk's first action."""
-    episode_start = np.ones(len(observations) if observations.ndim > 1 else 1, dtype=bool)
+    batched = observations.ndim > len(model_or_policy.observation_space.shape)
+    episode_start = np.ones(len(observations) if batched else 1, dtype=bool)
     return model_or_policy.predict(observations, episode_start=episode_start, deterministic=True)[0]
 
 
 def test_deterministic_predict_is_a_function_of_the_observation(run):
+    observations = run.variant.task.observations
     th.manual_seed(1)
-    batch = first_action(run.model, OBSERVATIONS)
+    batch = first_action(run.model, observations)
     th.manual_seed(2)  # another generator state changes nothing
-    np.testing.assert_array_equal(first_action(run.model, OBSERVATIONS), batch)
-    for index, observation in enumerate(OBSERVATIONS):
+    np.testing.assert_array_equal(first_action(run.model, observations), batch)
+    for index, observation in enumerate(observations):
         # An observation gets the same action alone as within a batch (float32 rounding of batched products apart).
         np.testing.assert_allclose(first_action(run.model, observation), batch[index], atol=1e-5)
     assert not np.allclose(batch[0], batch[1]), "different observations, different actions"
@@ -222,13 +259,16 @@ def hyperparameters(variant: Variant) -> dict[str, Any]:
 
 
 def test_save_load_round_trip(run, tmp_path):
-    model = run.model
+    model, task = run.model, run.variant.task
+    observations = task.observations
     model.save(tmp_path / "model.zip")
     with zipfile.ZipFile(tmp_path / "model.zip") as archive:
         data = json.loads(archive.read("data"))
     assert "offline_dataset" not in data and "_action_queue" not in data, "no data and no queue in the zip"
     th.manual_seed(99)  # loading must not depend on, or redraw from, the generator
-    loaded = type(model).load(tmp_path / "model.zip", env=DummyVecEnv([make_env] * N_ENVS), offline_dataset=offline_arrays())
+    loaded = type(model).load(
+        tmp_path / "model.zip", env=DummyVecEnv([task.make_env] * N_ENVS), offline_dataset=task.offline_arrays()
+    )
 
     for name, value in hyperparameters(run.variant).items():
         assert getattr(loaded, name) == value, name
@@ -259,23 +299,23 @@ def test_save_load_round_trip(run, tmp_path):
             th.testing.assert_close(restored[index]["exp_avg"], saved[index]["exp_avg"], rtol=0, atol=0)
 
     # The same actions: deterministic, and stochastic from the same generator state.
-    np.testing.assert_array_equal(first_action(loaded, OBSERVATIONS), first_action(model, OBSERVATIONS))
-    starts = np.ones(len(OBSERVATIONS), dtype=bool)
+    np.testing.assert_array_equal(first_action(loaded, observations), first_action(model, observations))
+    starts = np.ones(len(observations), dtype=bool)
     th.manual_seed(3)
-    expected, expected_state = model.predict(OBSERVATIONS, episode_start=starts)
+    expected, expected_state = model.predict(observations, episode_start=starts)
     th.manual_seed(3)
-    actions, state = loaded.predict(OBSERVATIONS, episode_start=starts)
+    actions, state = loaded.predict(observations, episode_start=starts)
     np.testing.assert_array_equal(actions, expected)
     np.testing.assert_array_equal(state[0], expected_state[0])
 
     # The policy alone, as SB3's BasePolicy.save / load.
     model.policy.save(tmp_path / "policy.pth")
     policy = type(model.policy).load(tmp_path / "policy.pth")
-    np.testing.assert_array_equal(first_action(policy, OBSERVATIONS), first_action(model, OBSERVATIONS))
+    np.testing.assert_array_equal(first_action(policy, observations), first_action(model, observations))
     th.manual_seed(4)
-    expected_chunks = model.policy.predict_chunk(OBSERVATIONS)
+    expected_chunks = model.policy.predict_chunk(observations)
     th.manual_seed(4)
-    np.testing.assert_array_equal(policy.predict_chunk(OBSERVATIONS), expected_chunks)
+    np.testing.assert_array_equal(policy.predict_chunk(observations), expected_chunks)
 
     # Training goes on from the loaded counters.
     loaded.set_logger(configure(None, []))
@@ -292,14 +332,15 @@ def test_training_leaves_the_target_networks_without_autograd_history(run):
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_evaluate_policy_carries_the_action_queue(run, deterministic, monkeypatch):
     requests = count_chunk_requests(run.model, monkeypatch)
+    make_task_env = run.variant.task.make_env
     rewards, lengths = evaluate_policy(
-        run.model, Monitor(make_env()), n_eval_episodes=3, deterministic=deterministic, return_episode_rewards=True
+        run.model, Monitor(make_task_env()), n_eval_episodes=3, deterministic=deterministic, return_episode_rewards=True
     )
     assert len(rewards) == 3 and np.isfinite(rewards).all()
     assert all(1 <= length <= EPISODE_LENGTH for length in lengths)
     # One chunk per decision_length steps of each episode, the last one possibly cut short by the episode's end.
     assert requests == [1] * sum(math.ceil(length / run.variant.decision_length) for length in lengths)
-    mean, std = evaluate_policy(run.model, Monitor(make_env()), n_eval_episodes=2, deterministic=deterministic)
+    mean, std = evaluate_policy(run.model, Monitor(make_task_env()), n_eval_episodes=2, deterministic=deterministic)
     assert np.isfinite([mean, std]).all()
 
 
@@ -309,7 +350,7 @@ def test_set_env_drops_the_action_queues(name, monkeypatch):
     model = make_model(variant, learning_starts=0)  # RLPD: no random warm-up, the policy acts from the first step
     model.learn(total_timesteps=variant.decision_length + 1)  # the second chunk has actions left in the queue
     requests = count_chunk_requests(model, monkeypatch)
-    model.set_env(make_env())
+    model.set_env(variant.task.make_env())
     model.learn(total_timesteps=1, reset_num_timesteps=False)
     assert requests == [1], "the new env's first step asks for a fresh chunk"
 

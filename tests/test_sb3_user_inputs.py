@@ -66,8 +66,8 @@ def test_a_net_arch_dict_without_pi_or_qf_is_refused_as_sb3_does(cls):
 
 @pytest.mark.parametrize("cls", ALGORITHMS)
 def test_an_unknown_policy_kwargs_key_is_named_with_the_accepted_ones(cls):
-    with pytest.raises(TypeError, match=r"unknown key 'share_features_extractor'.*accepted keys: .*net_arch"):
-        build(cls, policy_kwargs={**TINY, "share_features_extractor": False})
+    with pytest.raises(TypeError, match=r"unknown key 'use_sde'.*accepted keys: .*net_arch"):
+        build(cls, policy_kwargs={**TINY, "use_sde": True})
 
 
 @pytest.mark.parametrize("cls", ALGORITHMS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from abc import abstractmethod
 from typing import Any, ClassVar
 
@@ -71,11 +72,14 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     ``critic`` and a freshly initialised ``critic_target`` among them; :meth:`_build` then copies the critic into
     its target and freezes it (it moves only by Polyak averaging, docs/algorithms.md §3) and makes the optimizers.
 
-    The features extractor is shared by all networks, as in sb3-contrib's TQC with ``share_features_extractor=True``:
-    it is trained with the actor's loss, never with the critic's. Its parameters belong to the optimizer of the
-    network named by ``features_extractor_owner`` (the one that acts), the critic and the critic's input in the
-    actor's Q term see its features detached, and the target critic reads its own copy,
-    ``features_extractor_target``, averaged like the critic. The flattening default has no parameters.
+    Features extractors, as SB3's SAC has them (docs/design.md): ``features_extractor`` is the actor side's (QC's
+    flow, QC-FQL's flow and one-step actor, RLPD's actor), trained by the actor-side loss only and held by the
+    optimizer of the network named by ``features_extractor_owner``. With ``share_features_extractor=False`` (the
+    default, SAC's) the critic reads its own ``critic_features_extractor``, trained by the critic loss only (the
+    critic's optimizer holds it); with True it reads ``features_extractor`` itself, its features detached, so that
+    only the actor side trains it. Either way the critic's input in the actor's Q term is detached, and the target
+    critic reads ``features_extractor_target``, a copy of the critic's extractor moved by Polyak averaging with the
+    critic. An extractor without parameters or buffers (the flattening default) is one module in both modes.
 
     :param observation_space: Observation space
     :param action_space: Primitive action space
@@ -87,6 +91,8 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     :param features_extractor_class: Features extractor (flattening by default)
     :param features_extractor_kwargs: Keyword arguments of the features extractor
     :param normalize_images: Whether to divide image observations by 255
+    :param share_features_extractor: Whether the critic reads the actor side's features extractor (detached) instead
+        of one of its own (False, SB3's SAC default)
     :param optimizer_class: Optimizer class (Adam)
     :param optimizer_kwargs: Optimizer keyword arguments (None: Adam's defaults, beta 0.9/0.999, eps 1e-8, no weight
         decay, with its fused implementation)
@@ -103,6 +109,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     critic: nn.Module
     critic_target: nn.Module
     features_extractor_target: BaseFeaturesExtractor
+    critic_features_extractor: BaseFeaturesExtractor
 
     def __init__(
         self,
@@ -116,6 +123,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
         features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
+        share_features_extractor: bool = False,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         fast_paths: bool = True,
@@ -139,8 +147,14 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         self.optimizer_kwargs = default_optimizer_kwargs(optimizer_class, optimizer_kwargs)
         self.fast_paths = fast_paths
         self.actor_hidden_dims, self.critic_hidden_dims = hidden_dims_of(net_arch)
+        if not isinstance(share_features_extractor, bool):
+            raise TypeError(f"share_features_extractor must be True or False, got {share_features_extractor!r}")
+        self.share_features_extractor = share_features_extractor
         self.features_extractor = self.make_features_extractor()
         self.features_dim = self.features_extractor.features_dim
+        trainable = any(True for _ in itertools.chain(self.features_extractor.parameters(), self.features_extractor.buffers()))
+        separate = trainable and not share_features_extractor
+        self.critic_features_extractor = self.make_features_extractor() if separate else self.features_extractor
 
     def _build(self, lr_schedule: Schedule) -> None:
         """Build the networks, the frozen target copies and the optimizers; each subclass's ``__init__`` ends with it."""
@@ -150,14 +164,16 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         self.critic_target.load_state_dict(self.critic.state_dict())
         # Targets never train: frozen, and in eval mode for good (normalisation statistics, dropout), as in SB3's SAC.
         self.critic_target.requires_grad_(False).train(False)
-        self.features_extractor_target = copy.deepcopy(self.features_extractor).requires_grad_(False).train(False)
-        extractor_parameters = list(self.features_extractor.parameters())
+        self.features_extractor_target = copy.deepcopy(self.critic_features_extractor).requires_grad_(False).train(False)
+        extractors = {self.features_extractor_owner: self.features_extractor}
+        if self.separate_critic_extractor:
+            extractors["critic"] = self.critic_features_extractor
         for name in self.optimized_modules:
             module = getattr(self, name)
             parameters = list(module.parameters())
-            if name == self.features_extractor_owner:
+            if name in extractors:
                 owned = {id(parameter) for parameter in parameters}
-                parameters += [parameter for parameter in extractor_parameters if id(parameter) not in owned]
+                parameters += [parameter for parameter in extractors[name].parameters() if id(parameter) not in owned]
             module.optimizer = self.optimizer_class(parameters, lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
 
     @abstractmethod
@@ -177,7 +193,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
     def target_parameters(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
         """The target networks' parameters and, in the same order, the online ones they follow."""
         targets = [*self.critic_target.parameters(), *self.features_extractor_target.parameters()]
-        return targets, [*self.critic.parameters(), *self.features_extractor.parameters()]
+        return targets, [*self.critic.parameters(), *self.critic_features_extractor.parameters()]
 
     def target_running_statistics(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
         """
@@ -187,18 +203,41 @@ class ActorCriticChunkPolicy(ChunkPolicy):
         targets, online = [], []
         for target_module, online_module in (
             (self.critic_target, self.critic),
-            (self.features_extractor_target, self.features_extractor),
+            (self.features_extractor_target, self.critic_features_extractor),
         ):
             targets += get_parameters_by_name(target_module, ["running_"])
             online += get_parameters_by_name(online_module, ["running_"])
         return targets, online
+
+    @property
+    def separate_critic_extractor(self) -> bool:
+        """Whether the critic reads a features extractor of its own (``critic_features_extractor``), trained by its loss."""
+        return self.critic_features_extractor is not self.features_extractor
+
+    def critic_features(self, observations: th.Tensor, features: th.Tensor | None = None) -> th.Tensor:
+        """
+        The critic's state input for its own loss: the observations through the critic's features extractor, or,
+        where the critic shares the actor side's, ``features`` detached (computed here when None), which only the
+        actor side trains. Detach it for the critic's input in an actor loss.
+
+        :param observations: Preprocessed observations, shape (B, *obs_shape)
+        :param features: Their features by :meth:`features`, if already computed
+        :return: Features of shape (B, features_dim)
+        """
+        if self.separate_critic_extractor:
+            return self.extract_features(observations, self.critic_features_extractor)  # type: ignore[return-value]
+        return (self.features(observations) if features is None else features).detach()
 
     def target_features(self, observations: th.Tensor) -> th.Tensor:
         """The target critic's state input: the observations through the target copy of the features extractor."""
         return self.extract_features(observations, self.features_extractor_target)  # type: ignore[return-value]
 
     def set_training_mode(self, mode: bool) -> None:
-        modules = [self.features_extractor, *(getattr(self, name) for name in self.optimized_modules)]
+        modules = [
+            self.features_extractor,
+            self.critic_features_extractor,
+            *(getattr(self, name) for name in self.optimized_modules),
+        ]
         # Reading every submodule's flag costs a fifth of setting it (nn.Module.__setattr__), and each decision
         # calls this: set the flags only when one differs.
         if _any_training_flag_differs(modules, mode):
@@ -212,6 +251,7 @@ class ActorCriticChunkPolicy(ChunkPolicy):
             lr_schedule=self._dummy_schedule,  # only used at construction; optimizer states load separately
             net_arch=self.net_arch,
             n_critics=self.n_critics,
+            share_features_extractor=self.share_features_extractor,
             optimizer_class=self.optimizer_class,
             optimizer_kwargs=self.optimizer_kwargs,
             fast_paths=self.fast_paths,

@@ -128,8 +128,20 @@ class FlowQPolicy(ActorCriticChunkPolicy):
         :return: A tensor on the policy's device
         """
 
+    def act(self, observations: th.Tensor, deterministic: bool = False, noise: th.Tensor | None = None) -> th.Tensor:
+        """
+        The policy's action for preprocessed observations: :meth:`sample_actions` on their features (QC's best-of-N
+        also reads the critic's, :meth:`critic_features`).
+
+        :param observations: Preprocessed observations, shape (B, *obs_shape)
+        :param deterministic: As in :meth:`sample_actions`
+        :param noise: As in :meth:`sample_actions`
+        :return: Flat chunks of shape (B, flat_action_dim)
+        """
+        return self.sample_actions(self.features(observations), deterministic=deterministic, noise=noise)
+
     def _predict_chunk(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
-        return self.sample_actions(self.features(observation), deterministic=deterministic)
+        return self.act(observation, deterministic=deterministic)
 
 
 class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
@@ -273,10 +285,11 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
         policy = self.policy if policy is None else policy
         noise = self.step_noise(batch.observations.shape[0]) if noise is None else noise
         observations = policy.features(batch.observations)
+        # The critic's input: its own extractor's features, or the shared extractor's detached (docs/design.md).
+        critic_observations = policy.critic_features(batch.observations, observations)
         actions = policy.flat_actions(batch.actions)
         with th.no_grad():
-            next_observations = policy.features(batch.next_observations)
-            next_actions = policy.sample_actions(next_observations, noise=noise["next_actions"])
+            next_actions = policy.act(batch.next_observations, noise=noise["next_actions"])
             target = chunked_td_target(
                 policy.critic_target,
                 policy.target_features(batch.next_observations),
@@ -287,8 +300,7 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
                 self.chunk_size,
                 self.q_agg,
             )
-        # The features extractor is trained with the actor-side losses only (as TQC's shared extractor).
-        critic_loss_value, q_values = critic_loss(policy.critic, observations.detach(), actions, target, batch.valid)
+        critic_loss_value, q_values = critic_loss(policy.critic, critic_observations, actions, target, batch.valid)
         # docs/algorithms.md §3: flow matching on the dataset chunks, weighted by valid (unweighted for the -n variants).
         bc_flow_loss = flow_matching_loss(
             policy.flow, observations, actions, noise["flow"], noise["times"], batch.valid if self.action_chunking else None
@@ -298,19 +310,26 @@ class FlowQAlgorithm(ChunkedOffPolicyAlgorithm):
             "q_mean": q_values.mean().detach(),
             "target_mean": target.mean(),
             "bc_flow_loss": bc_flow_loss,
-            **self._actor_losses(policy, observations, bc_flow_loss, noise),
+            **self._actor_losses(policy, observations, bc_flow_loss, noise, critic_observations.detach()),
         }
 
     @abstractmethod
     def _actor_losses(
-        self, policy: FlowQPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+        self,
+        policy: FlowQPolicy,
+        observations: th.Tensor,
+        bc_flow_loss: th.Tensor,
+        noise: dict[str, th.Tensor],
+        critic_observations: th.Tensor,
     ) -> dict[str, th.Tensor]:
         """
         The actor-side loss terms; must include ``actor_loss``, the one that is optimized.
 
         :param policy: The networks of the step
-        :param observations: State features of the batch, shape (B, features_dim)
+        :param observations: State features of the batch, shape (B, features_dim), by the actor side's extractor
         :param bc_flow_loss: The flow-matching loss of the batch
         :param noise: The step's random draws (:meth:`step_noise`)
+        :param critic_observations: The critic's state input for the batch, detached (a Q term trains no extractor
+            through the critic)
         :return: Named loss terms
         """

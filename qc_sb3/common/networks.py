@@ -334,6 +334,7 @@ def best_of_n_actions(
     flow_steps: int,
     q_agg: str = "mean",
     noise: th.Tensor | None = None,
+    critic_observations: th.Tensor | None = None,
 ) -> th.Tensor:
     """
     Best-of-N policy (docs/algorithms.md §3): sample N flow actions per state, keep the one with the highest
@@ -349,6 +350,8 @@ def best_of_n_actions(
     :param flow_steps: Number of Euler steps T
     :param q_agg: How to aggregate the K critics: ``"mean"`` or ``"min"``
     :param noise: Starting noise of shape ``(B, N, action_dim)``; drawn from N(0, I) when ``None``
+    :param critic_observations: The critic's input for the same states, ``(B, critic_observation_dim)``, where it
+        differs from the flow's (a critic with its own features extractor); None: ``observations``
     :return: The selected actions, of shape ``(B, action_dim)``
     """
     if q_agg not in ("mean", "min"):
@@ -362,6 +365,8 @@ def best_of_n_actions(
     actions = vector_field.integrate(repeated_observations, noise.reshape(-1, action_dim), flow_steps)
     if n_samples == 1:  # the best of one sample is that sample: no critic call
         return actions
+    if critic_observations is not None:
+        repeated_observations = critic_observations.repeat_interleave(n_samples, dim=0)
     q_values = critic(repeated_observations, actions)  # (K, B * N)
     scores = q_values.mean(dim=0) if q_agg == "mean" else q_values.amin(dim=0)
     best = scores.view(batch_size, n_samples).argmax(dim=1)

@@ -23,6 +23,7 @@ from qc_sb3.common.offline_transitions import (
     OfflineTransitions,
     append_checked_transitions,
     check_transitions_fit,
+    with_channels_first_images,
     with_sparse_rewards,
 )
 
@@ -108,9 +109,9 @@ class OfflinePhaseMixin(GradientUpdateMixin):
 
     def _load_offline_data(self, shard_index: int) -> OfflineTransitions:
         """
-        Load the offline dataset (or its shard ``shard_index``), check it against the env and the chunk size (the
-        one check of offline data against the model: the buffer then checks shapes only) and apply the sparse
-        reward if asked.
+        Load the offline dataset (or its shard ``shard_index``), transpose channels-last images as SB3 transposes
+        the env's (``with_channels_first_images``), check it against the env and the chunk size (the one check of
+        offline data against the model: the buffer then checks shapes only) and apply the sparse reward if asked.
 
         :param shard_index: The shard to load when ``offline_dataset`` is an ``OfflineShards``; ignored otherwise
         :return: The transitions, actions in the env's scale
@@ -118,7 +119,7 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         source = self.offline_dataset
         if isinstance(source, OfflineShards):
             source = source.sources[shard_index]
-        data = load_offline_transitions(source, env_id=self._env_id())
+        data = with_channels_first_images(load_offline_transitions(source, env_id=self._env_id()), self.observation_space)
         check_transitions_fit(data, self.observation_space, self.action_space, self.chunk_size)  # type: ignore[arg-type]
         return with_sparse_rewards(data) if self.offline_sparse_rewards else data
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields, replace
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 
 from qc_sb3.common.buffers import ChunkReplayBuffer
 
@@ -187,6 +188,37 @@ def check_transitions_fit(
     check_episodes_fit_chunks(data, chunk_size)
 
 
+def with_channels_first_images(data: OfflineTransitions, observation_space: gym.spaces.Space) -> OfflineTransitions:
+    """
+    The transitions with channels-last image observations ``(H, W, C)`` transposed to channels first, where the env's
+    observation space is what SB3's ``VecTransposeImage`` makes of a channels-last image space of that shape (SB3
+    wraps such an env itself): the offline images are then read as the env's are. Other data is returned as it is,
+    for :func:`check_transitions_fit` to check.
+
+    :param data: The offline dataset
+    :param observation_space: The observation space of the algorithm's env (after SB3's wrappers)
+    :return: The same transitions, their observations transposed (views, not copies) where they are channels last
+    """
+    shape = data.observations.shape[1:]
+    if not isinstance(observation_space, gym.spaces.Box) or len(shape) != 3 or shape == observation_space.shape:
+        return data
+    height, width, channels = shape
+    if observation_space.shape != (channels, height, width):
+        return data
+    channels_last = gym.spaces.Box(
+        np.transpose(observation_space.low, (1, 2, 0)),
+        np.transpose(observation_space.high, (1, 2, 0)),
+        dtype=observation_space.dtype,  # type: ignore[arg-type]
+    )
+    if not is_image_space(channels_last) or is_image_space_channels_first(channels_last):
+        return data  # SB3 would not have transposed an env of this space
+    return replace(
+        data,
+        observations=np.transpose(data.observations, (0, 3, 1, 2)),
+        next_observations=np.transpose(data.next_observations, (0, 3, 1, 2)),
+    )
+
+
 def scale_actions(actions: np.ndarray, action_space: gym.spaces.Box) -> np.ndarray:
     """
     Rescale env-scale actions to the replay buffer's [-1, 1], as SB3's ``policy.scale_action`` does.
@@ -213,8 +245,8 @@ def scale_actions(actions: np.ndarray, action_space: gym.spaces.Box) -> np.ndarr
 
 def add_transitions_to_buffer(buffer: ChunkReplayBuffer, data: OfflineTransitions, action_space: gym.spaces.Box) -> None:
     """
-    Check an offline dataset against the buffer's spaces and chunk size (:func:`check_transitions_fit`) and append
-    it to the buffer's offline segment, actions scaled to [-1, 1].
+    Check an offline dataset against the buffer's spaces and chunk size (:func:`check_transitions_fit`, after
+    :func:`with_channels_first_images`) and append it to the buffer's offline segment, actions scaled to [-1, 1].
 
     :param buffer: The replay buffer to seed
     :param data: The offline dataset, actions in the env's scale
@@ -224,6 +256,7 @@ def add_transitions_to_buffer(buffer: ChunkReplayBuffer, data: OfflineTransition
         raise TypeError(f"buffer must be a qc_sb3 ChunkReplayBuffer, got {type(buffer).__name__}")
     if not isinstance(data, OfflineTransitions):
         raise TypeError(f"data must be OfflineTransitions (see load_offline_transitions), got {type(data).__name__}")
+    data = with_channels_first_images(data, buffer.observation_space)
     check_transitions_fit(data, buffer.observation_space, action_space, buffer.chunk_size)  # type: ignore[arg-type]
     append_checked_transitions(buffer, data, action_space)
 

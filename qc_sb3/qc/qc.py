@@ -9,7 +9,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
 from qc_sb3.common.flow_q import FlowQAlgorithm
-from qc_sb3.qc.policies import MlpPolicy, QCPolicy
+from qc_sb3.qc.policies import CnnPolicy, MlpPolicy, QCPolicy
 
 
 class QC(FlowQAlgorithm):
@@ -20,7 +20,7 @@ class QC(FlowQAlgorithm):
 
     Variants: ``chunk_size=1, actor_num_samples=4`` is BFN; ``action_chunking=False, actor_num_samples=4`` is BFN-n.
 
-    :param policy: The policy model to use ("MlpPolicy")
+    :param policy: The policy model to use ("MlpPolicy", or "CnnPolicy" for image observations)
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
     :param learning_rate: Adam learning rate, constant or a schedule of the remaining online progress (the offline
         phase runs at its start value)
@@ -69,7 +69,7 @@ class QC(FlowQAlgorithm):
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy, "CnnPolicy": CnnPolicy}
     policy: QCPolicy
 
     def __init__(
@@ -85,7 +85,12 @@ class QC(FlowQAlgorithm):
         return {**super()._policy_hyperparameters(), "actor_num_samples": self.actor_num_samples}
 
     def _actor_losses(
-        self, policy: QCPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+        self,
+        policy: QCPolicy,
+        observations: th.Tensor,
+        bc_flow_loss: th.Tensor,
+        noise: dict[str, th.Tensor],
+        critic_observations: th.Tensor,
     ) -> dict[str, th.Tensor]:
         # docs/algorithms.md §3: in best-of-N mode only the flow-matching loss trains the flow; there is no actor.
         return {"actor_loss": bc_flow_loss}

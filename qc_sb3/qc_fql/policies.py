@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch as th
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
 
 from qc_sb3.common.flow_q import FlowQPolicy
 from qc_sb3.common.networks import OneStepActor
@@ -45,3 +46,15 @@ class QCFQLPolicy(FlowQPolicy):
         return th.randn(batch_size, self.flat_action_dim, device=self.device)
 
 MlpPolicy = QCFQLPolicy
+
+
+class CnnPolicy(QCFQLPolicy):
+    """
+    The policy of QC-FQL for image observations, as SB3's SAC ``CnnPolicy``: SB3's ``NatureCNN`` is the default
+    features extractor (:class:`~qc_sb3.common.encoders.ImpalaSmallExtractor` is the reference's), uint8 images are
+    divided by 255 once, in the policy (``normalize_images``), and a channels-last image env is read channels first
+    through SB3's ``VecTransposeImage``. The parameters are those of :class:`QCFQLPolicy`.
+    """
+
+    def __init__(self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs: Any):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)

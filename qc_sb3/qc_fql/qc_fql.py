@@ -10,7 +10,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 
 from qc_sb3.common.flow_q import FlowQAlgorithm
 from qc_sb3.common.losses import distillation_loss, q_loss
-from qc_sb3.qc_fql.policies import MlpPolicy, QCFQLPolicy
+from qc_sb3.qc_fql.policies import CnnPolicy, MlpPolicy, QCFQLPolicy
 
 
 class QCFQL(FlowQAlgorithm):
@@ -21,7 +21,7 @@ class QCFQL(FlowQAlgorithm):
 
     Variants: ``chunk_size=1`` is FQL; ``action_chunking=False`` is FQL-n.
 
-    :param policy: The policy model to use ("MlpPolicy")
+    :param policy: The policy model to use ("MlpPolicy", or "CnnPolicy" for image observations)
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
     :param learning_rate: Adam learning rate, constant or a schedule of the remaining online progress (the offline
         phase runs at its start value)
@@ -68,7 +68,7 @@ class QCFQL(FlowQAlgorithm):
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy, "CnnPolicy": CnnPolicy}
     policy: QCFQLPolicy
 
     def __init__(self, policy: str | type[QCFQLPolicy], env: GymEnv | str, *args: Any, alpha: float = 100.0, **kwargs: Any):
@@ -82,12 +82,17 @@ class QCFQL(FlowQAlgorithm):
         return {"actor": th.randn(batch_size, self.policy.flat_action_dim, device=self.device)}
 
     def _actor_losses(
-        self, policy: QCFQLPolicy, observations: th.Tensor, bc_flow_loss: th.Tensor, noise: dict[str, th.Tensor]
+        self,
+        policy: QCFQLPolicy,
+        observations: th.Tensor,
+        bc_flow_loss: th.Tensor,
+        noise: dict[str, th.Tensor],
+        critic_observations: th.Tensor,
     ) -> dict[str, th.Tensor]:
         with th.no_grad():
             flow_actions = policy.flow.integrate(observations, noise["actor"], self.flow_steps)
         actor_actions = policy.actor(observations, noise["actor"])
         # docs/algorithms.md §3: L_actor = L_bc + alpha * L_distill + L_q, no Q normalisation
         distill = distillation_loss(actor_actions, flow_actions)
-        q_term = q_loss(policy.critic, observations.detach(), actor_actions)  # the extractor learns through the actor
+        q_term = q_loss(policy.critic, critic_observations, actor_actions)  # extractors learn through the actor only
         return {"actor_loss": bc_flow_loss + self.alpha * distill + q_term, "distill_loss": distill, "q_loss": q_term}

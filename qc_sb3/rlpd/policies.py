@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
@@ -127,3 +128,15 @@ class RLPDPolicy(ActorCriticChunkPolicy):
 
 
 MlpPolicy = RLPDPolicy
+
+
+class CnnPolicy(RLPDPolicy):
+    """
+    The policy of the RLPD family for image observations, as SB3's SAC ``CnnPolicy``: SB3's ``NatureCNN`` is the default
+    features extractor (:class:`~qc_sb3.common.encoders.ImpalaSmallExtractor` is the reference's), uint8 images are
+    divided by 255 once, in the policy (``normalize_images``), and a channels-last image env is read channels first
+    through SB3's ``VecTransposeImage``. The parameters are those of :class:`RLPDPolicy`.
+    """
+
+    def __init__(self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN, **kwargs: Any):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)

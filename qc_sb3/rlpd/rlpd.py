@@ -18,7 +18,7 @@ from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.losses import chunked_td_target, critic_loss
 from qc_sb3.common.offline_source import OfflineShards
 from qc_sb3.rlpd.losses import bc_loss, sac_actor_loss, temperature_loss
-from qc_sb3.rlpd.policies import MlpPolicy, RLPDPolicy
+from qc_sb3.rlpd.policies import CnnPolicy, MlpPolicy, RLPDPolicy
 
 # docs/algorithms.md §4: every batch is half offline, half online windows.
 DEFAULT_OFFLINE_FRACTION = 0.5
@@ -39,7 +39,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     Variants: ``chunk_size=1`` (default) is RLPD; ``chunk_size=5`` is RLPD-AC (actor and critic over chunks, chunks
     executed open-loop); ``chunk_size=5, bc_alpha=0.01`` is QC-RLPD (plus a behavior-cloning term).
 
-    :param policy: The policy model to use ("MlpPolicy")
+    :param policy: The policy model to use ("MlpPolicy", or "CnnPolicy" for image observations)
     :param env: The primitive environment to learn from (if registered in Gym, can be str)
     :param learning_rate: Adam learning rate (actor, critic and temperature), constant or a schedule of the
         remaining online progress
@@ -77,7 +77,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy}
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": MlpPolicy, "CnnPolicy": CnnPolicy}
     policy: RLPDPolicy
 
     def __init__(
@@ -217,8 +217,8 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         ``bc_alpha * bc_loss`` are optimized. Random draws, in order: the target action's noise, then the actor's.
         """
         policy = self.policy
-        # The critic's state input: the features extractor is trained through the actor only (as TQC's shared one).
-        observations = policy.features(batch.observations).detach()
+        # The critic's input: its own extractor's features, or the shared extractor's detached (docs/design.md).
+        observations = policy.critic_features(batch.observations)
         actions = batch.actions.reshape(batch.actions.shape[0], -1)  # the flat time-major chunk (a_t for h = 1)
         ent_coef = policy.temperature().detach()
         with th.no_grad():
@@ -243,7 +243,7 @@ class RLPD(ChunkedOffPolicyAlgorithm):
         log_prob_of_data = distribution.log_prob(actions.clamp(-OFFLINE_ACTION_CLIP, OFFLINE_ACTION_CLIP))
         return {
             "critic_loss": critic_loss_value,
-            "actor_loss": sac_actor_loss(policy.critic, observations, sampled_actions, log_prob, ent_coef),
+            "actor_loss": sac_actor_loss(policy.critic, observations.detach(), sampled_actions, log_prob, ent_coef),
             "alpha_loss": temperature_loss(policy.temperature.log_ent_coef, log_prob, float(self.target_entropy)),
             "bc_loss": bc_loss(log_prob_of_data),
             "ent_coef": ent_coef,
