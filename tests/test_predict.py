@@ -77,7 +77,10 @@ def test_qc_fixed_noise_comes_from_the_seed_and_leaves_the_generator_stream_alon
 
     # Drawn without advancing the generator: building the policy draws what its networks alone draw.
     class FlowQWithoutNoise(FlowQPolicy):
-        def sample_actions(self, features, deterministic=False):
+        def sample_actions(self, features, deterministic=False, noise=None):
+            raise NotImplementedError
+
+        def decision_noise(self, batch_size):
             raise NotImplementedError
 
     arguments = (first.observation_space, first.action_space, lambda _: 1e-3)
