@@ -45,7 +45,9 @@ INTRODUCTIONS = {
     "on how chunks are executed (the buffer samples windows from every step), so the offline-end column isolates "
     "execution at evaluation, and the online-end column adds its effect on the data collected. Each option's decision "
     "cost per env step is on the speed page (`chunk-execution.txt`). How to read it: for QC-FQL, re-planning lowers "
-    "success at both phase ends, offline and online; QC's re-planning runs are not in the table until they finish.",
+    "success at the end of the online phase, for k = 1 and k = 2; at the end of the offline phase, re-planning at "
+    "every step (k = 1) is lower than whole chunks and k = 2 lies within their interval. QC's re-planning runs are "
+    "not in the table until they finish.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
