@@ -19,7 +19,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from qc_sb3 import QC, RLPD
+from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.common.offline_source import OfflineShards, offline_source_record, open_offline_source_record
 
 from test_qc import EPISODE_LENGTH, OBS_DIM, TINY, make_env, make_model, offline_arrays
@@ -222,6 +222,15 @@ def test_dict_observation_space_is_refused_with_the_flatten_hint():
 
     with pytest.raises(ValueError, match=r"dict observation spaces are not supported.*gymnasium.wrappers.FlattenObservation"):
         QC("MlpPolicy", DictEnv())
+
+
+@pytest.mark.parametrize("algorithm", [QC, QCFQL, RLPD])
+def test_multi_input_policy_is_refused_by_name_and_unknown_names_list_the_known_ones(algorithm):
+    refusal = rf"{algorithm.__name__} does not support 'MultiInputPolicy'.*FlattenObservation.*'CnnPolicy'"
+    with pytest.raises(ValueError, match=refusal):
+        algorithm("MultiInputPolicy", make_env())
+    with pytest.raises(ValueError, match=r"policy 'MLPPolicy' unknown .* expected one of \['CnnPolicy', 'MlpPolicy'\]"):
+        algorithm("MLPPolicy", make_env())
 
 
 def test_learn_without_offline_data_warns_that_the_offline_phase_is_skipped():

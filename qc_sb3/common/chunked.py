@@ -13,17 +13,16 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.vec_env import VecEnv
 
 from qc_sb3.accel.compiled_step import CompiledLosses
 from qc_sb3.accel.graphed_update import GraphedUpdate, set_capturable
+from qc_sb3.common.accepted_inputs import AcceptedInputsMixin
 from qc_sb3.common.actor_critic import ActorCriticChunkPolicy
 from qc_sb3.common.buffers import ChunkReplayBuffer
 from qc_sb3.common.chunk_execution import ChunkExecutionOptions
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
-from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env, with_observation_checks
+from qc_sb3.common.env_checks import check_observation_batch, refuse_chunked_env
 from qc_sb3.common.image_buffer import chunk_buffer_class_for
 from qc_sb3.common.input_checks import check_env_outputs_finite, check_positive_int
 from qc_sb3.common.kwargs_checks import check_policy_kwargs, check_replay_buffer_kwargs
@@ -35,7 +34,7 @@ from qc_sb3.common.policies import ActionQueueState
 SelfChunkedOffPolicyAlgorithm = TypeVar("SelfChunkedOffPolicyAlgorithm", bound="ChunkedOffPolicyAlgorithm")
 
 
-class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
+class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, AcceptedInputsMixin, OfflinePhaseMixin):
     """
     Base class of every chunked method: an SB3 off-policy algorithm that trains on sliding-window chunks of
     primitive transitions (:class:`~qc_sb3.common.buffers.ChunkReplayBuffer`), acts with chunks executed open loop
@@ -189,16 +188,6 @@ class ChunkedOffPolicyAlgorithm(ChunkExecutionOptions, OfflinePhaseMixin):
         self._step_losses: CompiledLosses | None = None
         self._update_graph: GraphedUpdate | None = None
         self._seed_group_member = None
-
-    @staticmethod
-    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        wrapped = OffPolicyAlgorithm._wrap_env(with_observation_checks(env), verbose, monitor_wrapper)
-        if isinstance(wrapped.observation_space, spaces.Dict):
-            raise ValueError(
-                f"dict observation spaces are not supported, got {wrapped.observation_space}: flatten it with "
-                "`gymnasium.wrappers.FlattenObservation` (or SB3's `VecFlattenObservation` around a VecEnv)"
-            )
-        return wrapped
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         # The policy's state dict, then each optimizer, as the policy declares them.
