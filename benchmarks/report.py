@@ -14,6 +14,8 @@ Runs of another implementation (``implementation`` in their ``config.json``,
   method (and over a suite's domains), with 95% stratified bootstrap intervals over tasks and seeds; then the same
   per task, with the paper's success at the same step beside it (``tasks.csv``,
   :mod:`qc_sb3.benchmarks.reports.paper_comparison`);
+* ``iqm.csv``, where runs span two tasks or more: each method's interquartile mean over tasks and seeds at each
+  phase's end (:mod:`qc_sb3.benchmarks.reports.aggregates`), and its table in ``summary.md``;
 * where qc_sb3 and the reference ran the same task and method: ``parity-<task>.png`` (both curves),
   ``parity.csv`` and ``parity_evaluations.csv`` (the tests of :mod:`qc_sb3.benchmarks.parity.implementation_parity`), and their
   table in ``summary.md``;
@@ -50,6 +52,7 @@ from qc_sb3.benchmarks.parity.implementation_parity import (
     per_evaluation_differences,
     plot_parity,
 )
+from qc_sb3.benchmarks.reports.aggregates import iqm_markdown, iqm_table, phase_end_rows
 from qc_sb3.benchmarks.reports.paper_comparison import (
     PAPER_OFFLINE_STEPS,
     PAPER_ONLINE_STEPS,
@@ -158,14 +161,7 @@ def final_success_table(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     :param seed: Seed of the bootstrap
     :return: Columns suite, domain, method, phase, tasks, runs, success, ci95_low, ci95_high
     """
-    ends = []
-    for phase, end_step in (
-        ("offline", results["offline_budget"]),
-        ("online", results["offline_budget"] + results["online_budget"]),
-    ):
-        at_end = results[(results["phase"] == phase) & (results["step"] == end_step)]
-        ends.append(at_end.assign(end=phase))
-    finals = pd.concat(ends, ignore_index=True)
+    finals = phase_end_rows(results)
     scopes = [finals.assign(scope=finals["domain"])]
     for _, group in finals.groupby("suite"):
         if group["domain"].nunique() > 1:
@@ -339,6 +335,11 @@ def _write_campaign(results: pd.DataFrame, out: Path, seed: int) -> str:
         "beside it, the paper's mean success at its first evaluation at or after the same steps of the phase.\n\n"
         + task_markdown(per_task)
     )
+    if results["task"].nunique() > 1:
+        iqm = iqm_table(results, seed=seed)
+        iqm.to_csv(out / "iqm.csv", index=False)
+        text += "\n## Interquartile mean over tasks and seeds\n\nSuccess at the end of each phase (docs/evidence.md §4).\n\n"
+        text += iqm_markdown(iqm)
     text += _parity_section(results, curves, out, seed)
     run_dirs = [Path(run_dir) for run_dir in sorted(results["run_dir"].unique())]
     with_stats = [run_dir for run_dir in run_dirs if (run_dir / TRAIN_STATS_FILE).is_file()]
