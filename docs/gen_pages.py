@@ -37,7 +37,7 @@ INTRODUCTIONS = {
     "- This is one task at a small scale with three seeds for most methods, hence wide intervals: it shows the "
     "ordering of the methods, not the paper's numbers. Why this task (the pilots on harder tasks learned nothing "
     "within this budget): `results/evidence/pilot/README.md`.",
-    "Chunk execution": "Re-planning every k steps (`QC-FQL@k1`, `@k2`) against whole chunks (k = h = 5: `QC-FQL`, "
+    "Chunk execution": "Re-planning every k steps (`QC-FQL@k1`, `@k2`, `QC@k1`) against whole chunks (k = h = 5: `QC-FQL`, "
     "`QC`, part A's runs) on part A's protocol, data and seeds (`benchmarks/configs/chunk-execution.yaml`, "
     "`results/chunk-execution/README.md`); rebuilt by `qc-bench-report results/chunk-execution --also "
     "results/evidence/parity/cube-single-play-singletask-task1-v0/QC "
@@ -46,8 +46,9 @@ INTRODUCTIONS = {
     "execution at evaluation, and the online-end column adds its effect on the data collected. Each option's decision "
     "cost per env step is on the speed page (`chunk-execution.txt`). How to read it: for QC-FQL, re-planning lowers "
     "success at the end of the online phase, for k = 1 and k = 2; at the end of the offline phase, re-planning at "
-    "every step (k = 1) is lower than whole chunks and k = 2 lies within their interval. QC's re-planning runs are "
-    "not in the table until they finish.",
+    "every step (k = 1) is lower than whole chunks and k = 2 lies within their interval. QC's re-planning runs enter "
+    "the table as they finish; with one seed of `QC@k1` so far, its online end lies far below whole chunks' "
+    "interval, with no interval of its own yet.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
