@@ -225,6 +225,8 @@ def _write_converted(
             observation_space=gym.spaces.Box(-np.inf, np.inf, (dims.observation,), np.float32),
             action_space=env.action_space,
             requirements=[f"ogbench>={importlib.metadata.version('ogbench')}"],
+            # Image observations stay exact (Minari JPEG-encodes uint8 image spaces by default).
+            jpeg_encoding=False,
         )
 
 
