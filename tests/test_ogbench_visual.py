@@ -16,7 +16,7 @@ import pytest
 
 from qc_sb3.common.datasets import load_offline_transitions
 from qc_sb3.envs.ogbench import VISUAL_OGBENCH_TASKS, convert_to_minari, generate_dataset, make_env, parse_task
-from qc_sb3.envs.ogbench.play import episode_seeds, parse_play_dataset
+from qc_sb3.envs.ogbench.play import PlayCollector, episode_seeds, parse_play_dataset
 from qc_sb3.envs.ogbench.tasks import singletask_env_id
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -116,3 +116,12 @@ def test_a_visual_npz_is_refused_for_a_state_task_and_a_state_npz_for_a_visual_t
     np.savez(state_like, **{**arrays, "observations": arrays["observations"].astype(np.float32)})
     with pytest.raises(ValueError, match="a visual dataset's frames must be uint8"):
         convert_to_minari(state_like, TASK)
+
+
+def test_a_visual_env_without_a_display_or_a_headless_backend_is_refused_naming_the_fix(monkeypatch):
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    for build in (lambda: make_env(TASK), lambda: PlayCollector("cube-single", 5, visual=True)):
+        with pytest.raises(RuntimeError, match=r"MUJOCO_GL=osmesa \(Debian package libosmesa6\) or MUJOCO_GL=egl"):
+            build()

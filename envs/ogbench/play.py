@@ -27,7 +27,7 @@ from ogbench.manipspace.oracles.plan.drawer_plan import DrawerPlanOracle
 from ogbench.manipspace.oracles.plan.plan_oracle import PlanOracle
 from ogbench.manipspace.oracles.plan.window_plan import WindowPlanOracle
 
-from qc_sb3.envs.ogbench.tasks import OGBENCH_FAMILIES
+from qc_sb3.envs.ogbench.tasks import OGBENCH_FAMILIES, check_headless_rendering
 
 # Upstream flag defaults for "play" data.
 PLAN_NOISE = 0.1
@@ -139,6 +139,8 @@ class PlayCollector:
         self.family = family
         self.episode_length = episode_length
         self.visual = visual
+        if visual:
+            check_headless_rendering()
         env_id = f"visual-{family}-v0" if visual else f"{family}-v0"
         self.env = gym.make(env_id, terminate_at_goal=False, mode="data_collection", max_episode_steps=episode_length)
         self.has_button_states = family in ("scene", "puzzle-3x3")

@@ -7,7 +7,9 @@ as observations (OGBench's ``visual-*`` envs). Rendering is headless: set ``MUJO
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import gymnasium as gym
 
@@ -78,6 +80,21 @@ def singletask_env_id(task: str) -> str:
     return f"{prefix}{family}-singletask-task{task_id}-v0"
 
 
+def check_headless_rendering() -> None:
+    """
+    Refuse to build a visual env that cannot render: on Linux without a display, MuJoCo's default backend (GLFW) fails
+    with an obscure OpenGL error, so ``MUJOCO_GL`` must name a headless one.
+
+    :raises RuntimeError: On Linux with neither ``MUJOCO_GL`` nor ``DISPLAY`` set
+    """
+    if sys.platform.startswith("linux") and not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
+        raise RuntimeError(
+            "visual OGBench envs render camera frames, and this machine has no display (DISPLAY is unset): set "
+            "MUJOCO_GL=osmesa (Debian package libosmesa6) or MUJOCO_GL=egl before Python imports mujoco, e.g. "
+            "MUJOCO_GL=osmesa python ..."
+        )
+
+
 class SparseReward(gym.RewardWrapper):
     """
     Replace the env's reward r by ``-1 * [r != 0]`` (docs/algorithms.md §6: the paper's sparse reward, scene and puzzle-3x3).
@@ -114,6 +131,8 @@ def make_env(
     family, _ = parse_task(task)
     if max_episode_steps is not None and (isinstance(max_episode_steps, bool) or max_episode_steps < 1):
         raise ValueError(f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}")
+    if is_visual_task(task):
+        check_headless_rendering()
     limit = {} if max_episode_steps is None else {"max_episode_steps": int(max_episode_steps)}
     env = gym.make(singletask_env_id(task), **limit)
     use_sparse = family in SPARSE_BY_DEFAULT if sparse is None else sparse
