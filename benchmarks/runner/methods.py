@@ -18,17 +18,19 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, FlattenExtractor, NatureCNN
 
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.benchmarks.runner.specs import SuiteSpec
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
+from qc_sb3.common.encoders import ImpalaSmallExtractor
 
 # docs/algorithms.md §4: BFN and BFN-n sample N = 4 in every domain.
 BFN_NUM_SAMPLES = 4
 
 # Constructor arguments the runner sets itself; a config may not override them.
 RUNNER_ARGUMENTS: dict[str, str] = {
-    "policy": "always 'MlpPolicy'",
+    "policy": "set by the task ('MlpPolicy'; 'CnnPolicy' for image observations)",
     "env": "made from the task",
     "offline_dataset": "set by the config's datasets: section",
     "offline_gradient_steps": "set by protocol.offline_steps",
@@ -42,6 +44,15 @@ RUNNER_ARGUMENTS: dict[str, str] = {
 
 
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+# The largest buffer an argument check builds on image observations.
+IMAGE_CHECK_BUFFER = 1000
+
+# The features extractors a config or a task may name in ``policy_kwargs.features_extractor_class`` (a config, and
+# the results' records, hold names, not classes).
+FEATURES_EXTRACTORS: dict[str, type[BaseFeaturesExtractor]] = {
+    extractor.__name__: extractor for extractor in (FlattenExtractor, NatureCNN, ImpalaSmallExtractor)
+}
 
 
 @dataclass(frozen=True)
@@ -85,15 +96,22 @@ class MethodSpec:
                     defaults[parameter.name] = parameter.default
         return defaults
 
-    def check_arguments(self, hyperparameters: Mapping[str, Any]) -> None:
+    def check_arguments(self, hyperparameters: Mapping[str, Any], policy: str = "MlpPolicy") -> None:
         """
         Build the algorithm once with these constructor arguments on a dummy env (CPU, no data), so that every argument
         check of the algorithm, its policy and its buffer runs before any run does.
 
         :param hyperparameters: Constructor arguments (a config's resolved ones)
+        :param policy: The task's policy; ``"CnnPolicy"`` is built on a dummy env of small images
         :raises Exception: The algorithm's own error for a bad argument
         """
-        self.algorithm("MlpPolicy", _DummyEnv(), device="cpu", verbose=0, **hyperparameters)
+        env: gym.Env = _DummyEnv()
+        if policy == "CnnPolicy":
+            env = _DummyImageEnv()
+            if type(hyperparameters.get("buffer_size")) is int:
+                # An image buffer's memory grows with its size (4 GB at 1M dummy frames), its checks do not.
+                hyperparameters = {**hyperparameters, "buffer_size": min(hyperparameters["buffer_size"], IMAGE_CHECK_BUFFER)}
+        self.algorithm(policy, env, device="cpu", verbose=0, **hyperparameters)
 
     def paper_settings(self, suite: SuiteSpec, domain: str) -> dict[str, Any]:
         """
@@ -114,6 +132,13 @@ class _DummyEnv(gym.Env):
     """The smallest env the algorithms take, for :meth:`MethodSpec.check_arguments`; it is never stepped."""
 
     observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+class _DummyImageEnv(gym.Env):
+    """The smallest image env NatureCNN takes (36 x 36), channels last as image envs are; never stepped."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 3), np.uint8)
     action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
 
@@ -179,11 +204,21 @@ def constructor_arguments(hyperparameters: Mapping[str, Any], offline_steps: int
     """
     A run's constructor arguments from its resolved hyperparameters.
 
-    :param hyperparameters: The resolved hyperparameters (as a config writes them)
+    :param hyperparameters: The resolved hyperparameters (as a config writes them; a features extractor by its name
+        in :data:`FEATURES_EXTRACTORS`)
     :param offline_steps: The offline gradient steps of a method with an offline phase, else None
     :return: The keyword arguments of the algorithm
     """
     arguments = dict(hyperparameters)
+    policy_kwargs = arguments.get("policy_kwargs")
+    if isinstance(policy_kwargs, Mapping) and isinstance(policy_kwargs.get("features_extractor_class"), str):
+        name = policy_kwargs["features_extractor_class"]
+        if name not in FEATURES_EXTRACTORS:
+            raise ValueError(
+                f"policy_kwargs.features_extractor_class {name!r} is not a known features extractor; expected one of "
+                f"{', '.join(FEATURES_EXTRACTORS)}"
+            )
+        arguments["policy_kwargs"] = {**policy_kwargs, "features_extractor_class": FEATURES_EXTRACTORS[name]}
     if isinstance(arguments.get("train_freq"), list):
         arguments["train_freq"] = tuple(arguments["train_freq"])  # YAML has no tuples; SB3 wants (n, unit)
     if offline_steps is not None:

@@ -43,7 +43,7 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
             method = get_method(method_name)
             hyperparameters = resolve_hyperparameters(method_name, task, config, env_kwargs)
             hyperparameters = merge(hyperparameters, method_overrides)
-            _check_constructible(problems, method_name, task.domain, hyperparameters, config.protocol, checked)
+            _check_constructible(problems, method_name, task, hyperparameters, config.protocol, checked)
             group_size = seeds_per_process(config.execution, method_name)
             problem = grouping_problem(method_name, hyperparameters) if group_size > 1 else None
             if problem is not None and problem not in problems.messages:  # once per method, not per task
@@ -67,6 +67,7 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
                         torch_threads=config.execution.torch_threads,
                         device=config.execution.device,
                         seeds_per_process=group_size,
+                        policy=task.policy,
                     )
                 )
     problems.raise_if_any("(the algorithms' own argument checks)")
@@ -76,22 +77,24 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
 def _check_constructible(
     problems: Problems,
     method_name: str,
-    domain: str,
+    task: TaskSpec,
     hyperparameters: Mapping[str, Any],
     protocol: Protocol,
     checked: set[str],
 ) -> None:
     """Build a method's algorithm once per distinct set of arguments; a refused argument is a problem of the config."""
     method = get_method(method_name)
-    key = json.dumps([method_name, hyperparameters, protocol.offline_steps], sort_keys=True, default=repr)
+    key = json.dumps([method_name, task.policy, hyperparameters, protocol.offline_steps], sort_keys=True, default=repr)
     if key in checked:
         return
     checked.add(key)
     offline_steps = protocol.offline_steps if method.offline_phase else None
     try:
-        method.check_arguments(constructor_arguments(hyperparameters, offline_steps))
+        method.check_arguments(constructor_arguments(hyperparameters, offline_steps), task.policy)
     except Exception as error:
-        problems.add(f"{method_name} (domain {domain}) refuses its hyperparameters: {type(error).__name__}: {error}")
+        problems.add(
+            f"{method_name} (domain {task.domain}) refuses its hyperparameters: {type(error).__name__}: {error}"
+        )
 
 
 def resolve_hyperparameters(
@@ -100,7 +103,7 @@ def resolve_hyperparameters(
     """
     A method's constructor arguments on a task before its own overrides: constructor defaults, the paper's settings
     (the method's flags, the per-domain values the task's suite declares), the protocol's buffer size and sparse
-    offline rewards, then the config's ``hyperparameters:``.
+    offline rewards, the task's own (an image task's encoder), then the config's ``hyperparameters:``.
 
     :param method_name: The method
     :param task: The task
@@ -115,6 +118,7 @@ def resolve_hyperparameters(
     settings["buffer_size"] = max(config.protocol.online_steps, 1)
     # docs/algorithms.md §6: the offline rewards are made sparse exactly where the env's are.
     settings["offline_sparse_rewards"] = bool(env_kwargs.get("sparse", False))
+    settings = merge(settings, task.hyperparameters)
     return merge(settings, {key: value for key, value in config.hyperparameters.items() if key in defaults})
 
 

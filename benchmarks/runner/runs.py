@@ -303,7 +303,7 @@ def _algorithm(run: RunSpec) -> type[ChunkedOffPolicyAlgorithm]:
 def _build_model(run: RunSpec, env: Any, offline_dataset: str | OfflineShards | None) -> ChunkedOffPolicyAlgorithm:
     """The run's algorithm, built from its config (never from a file)."""
     return _algorithm(run)(
-        "MlpPolicy",
+        run.policy,
         env,
         offline_dataset=offline_dataset,
         seed=run.seed,

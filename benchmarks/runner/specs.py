@@ -37,6 +37,10 @@ class TaskSpec:
     :param env_kwargs: Default keyword arguments of ``make_env`` (the paper's episode limit, sparse reward, ...)
     :param dataset: The name of the offline dataset the task reads, shared by the tasks of one family (OGBench:
         ``<family>-play-v0``); generated data is cached per dataset
+    :param policy: The policy its runs build (``"CnnPolicy"`` for image observations)
+    :param hyperparameters: Constructor arguments the task's protocol sets, on top of the paper's per-method
+        settings and under a config's own (an image task's encoder); names of features extractors stand for the
+        classes (:data:`~qc_sb3.benchmarks.runner.methods.FEATURES_EXTRACTORS`)
     """
 
     name: str
@@ -45,6 +49,8 @@ class TaskSpec:
     make_env: Callable[..., gym.Env]
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = ""
+    policy: str = "MlpPolicy"
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ class RunSpec:
         folder or ``OfflineShards`` of folders (set once datasets are prepared; the algorithms check it)
     :param seeds_per_process: How many runs of its task and method (other seeds) run in one process with it; not
         part of its results (:mod:`qc_sb3.benchmarks.runner.seed_groups`)
+    :param policy: The task's policy (fixed by the task, so its name in the record stands for it)
     """
 
     task: str
@@ -262,6 +269,7 @@ class RunSpec:
     device: str = "auto"
     offline_dataset: str | OfflineShards | None = None
     seeds_per_process: int = 1
+    policy: str = "MlpPolicy"
 
     @property
     def name(self) -> str:

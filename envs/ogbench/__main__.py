@@ -2,6 +2,7 @@
 Command line: generate OGBench play datasets locally, convert npz files to Minari.
 
     python -m qc_sb3.envs.ogbench generate cube-double-play --episodes 100 --workers 2 --seed 0 --out DIR
+    python -m qc_sb3.envs.ogbench generate visual-cube-double-play --episodes 100 --workers 2 --seed 0 --out DIR
     python -m qc_sb3.envs.ogbench convert NPZ --task cube-double-play-singletask-task2-v0 [--id ID] [--overwrite]
     python -m qc_sb3.envs.ogbench convert NPZ_FOLDER --task cube-double-play-singletask-task2-v0 [--overwrite]
 """
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     generate = commands.add_parser("generate", help="record a play dataset with OGBench's scripted oracles")
-    generate.add_argument("dataset", help="<family>-play[-v0], e.g. cube-double-play")
+    generate.add_argument("dataset", help="[visual-]<family>-play[-v0], e.g. cube-double-play, visual-cube-double-play")
     generate.add_argument("--episodes", type=int, required=True, help="training episodes (OGBench: 1000)")
     generate.add_argument("--val-episodes", type=int, default=None, help="validation episodes (default episodes // 10)")
     generate.add_argument("--workers", type=int, default=1, help="worker processes")
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = commands.add_parser("convert", help="convert an npz (or a folder of npz shards) to Minari")
     convert.add_argument("source", type=Path, help="an npz file, or a folder of npz shards")
-    convert.add_argument("--task", required=True, help="e.g. cube-double-play-singletask-task2-v0")
+    convert.add_argument("--task", required=True, help="e.g. cube-double-play-singletask-task2-v0 (visual-...: frames)")
     convert.add_argument("--id", default=None, help="Minari id for a single npz (default ogbench/<task>)")
     convert.add_argument("--overwrite", action="store_true", help="replace existing Minari datasets")
     convert.add_argument("--no-progress", action="store_true", help="hide the progress bars")

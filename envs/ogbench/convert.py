@@ -40,7 +40,7 @@ from qc_sb3.envs.ogbench.npz_file import (
     npz_file,
     read_npz,
 )
-from qc_sb3.envs.ogbench.tasks import parse_task, singletask_env_id
+from qc_sb3.envs.ogbench.tasks import is_visual_task, parse_task, singletask_env_id
 from qc_sb3.envs.publish import publish_dataset, restore_interrupted_publishes
 
 
@@ -89,7 +89,7 @@ def convert_to_minari(
     restore_interrupted_publishes(_absolute_minari_root())
     _check_new_dataset_id(dataset_id, overwrite)
     npz_path = npz_file(npz_path)
-    arrays = read_npz(npz_path, family)
+    arrays = read_npz(npz_path, family, is_visual_task(task))
     root = _absolute_minari_root()
     with contextlib.closing(gym.make(singletask_env_id(task))) as env, staging_root(root) as staging:
         _write_converted(npz_path, task, dataset_id, arrays, env, progress)
@@ -132,7 +132,7 @@ def convert_shards(
         _check_new_dataset_id(dataset_id, overwrite)
     shapes = {path: inspect_npz(path) for path in shards}
     for path in shards:
-        check_npz_layout(path, shapes[path], family)
+        check_npz_layout(path, shapes[path], family, is_visual_task(task))
     root = _absolute_minari_root()
     with contextlib.closing(gym.make(singletask_env_id(task))) as env:
         dims = _env_dims(env, family)
@@ -140,7 +140,7 @@ def convert_shards(
             check_row_shapes(path, shapes[path], dims)
         with staging_root(root) as staging:
             for path, dataset_id in zip(shards, dataset_ids, strict=True):
-                _write_converted(path, task, dataset_id, read_npz(path, family), env, progress)
+                _write_converted(path, task, dataset_id, read_npz(path, family, is_visual_task(task)), env, progress)
             _publish(staging, root, dataset_ids, overwrite)
     return dataset_ids
 
@@ -177,7 +177,7 @@ def _env_dims(env: gym.Env, family: str) -> EnvDims:
     unwrapped = env.unwrapped
     return EnvDims(
         env_id=env.spec.id,
-        observation=int(np.prod(env.observation_space.shape)),
+        observation=tuple(env.observation_space.shape),
         action=int(np.prod(env.action_space.shape)),
         qpos=int(unwrapped.model.nq),
         buttons=int(unwrapped._num_buttons) if family in BUTTON_FAMILIES else None,
@@ -210,6 +210,11 @@ def _write_converted(
     n_episodes = int(arrays["terminals"].sum())
     # Per step: an observation, an action, a reward, a termination and a truncation flag.
     size = estimated_bytes([arrays["observations"], arrays["actions"], rewards, masks, masks], n_episodes)
+    # A visual task's frames are stored as the env's image space; state rows as float32.
+    if is_visual_task(task):
+        observation_space = env.observation_space
+    else:
+        observation_space = gym.spaces.Box(-np.inf, np.inf, dims.observation, np.float32)
     # The current root is a staging folder directly inside the Minari root, on its file system.
     check_free_space(get_dataset_path().parent, size, f"Minari dataset {dataset_id!r}")
     with warnings.catch_warnings():
@@ -222,9 +227,11 @@ def _write_converted(
             algorithm_name="OGBench play data, single-task relabelled",
             author="qc_sb3",
             description=description,
-            observation_space=gym.spaces.Box(-np.inf, np.inf, (dims.observation,), np.float32),
+            observation_space=observation_space,
             action_space=env.action_space,
             requirements=[f"ogbench>={importlib.metadata.version('ogbench')}"],
+            # A visual task's frames stay exact (Minari JPEG-encodes uint8 image spaces by default).
+            jpeg_encoding=False,
         )
 
 

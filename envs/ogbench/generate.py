@@ -47,9 +47,11 @@ def generate_dataset(
 
     The files have OGBench's layout (``ogbench.make_env_and_datasets(name, dataset_path=...)`` loads them): per row
     ``observations`` (float32), ``actions`` (float32), ``terminals`` (bool, True on each episode's last row),
-    ``qpos``, ``qvel`` (float32) and, for scene and puzzle, ``button_states`` (int64).
+    ``qpos``, ``qvel`` (float32) and, for scene and puzzle, ``button_states`` (int64). A visual dataset
+    (``"visual-<family>-play-v0"``) has the same rows, with the frames the visual env rendered as ``observations``
+    (uint8, 64 x 64 x 3; 12 KB a row, 12.3 GB for OGBench's 1M rows, held in memory until written).
 
-    :param dataset: ``"<family>-play-v0"`` (or without ``-v0``), e.g. ``"cube-double-play-v0"``
+    :param dataset: ``"[visual-]<family>-play-v0"`` (or without ``-v0``), e.g. ``"cube-double-play-v0"``
     :param episodes: Number of training episodes (OGBench: 1000; cube-triple 3000, cube-quadruple 5000)
     :param out_dir: Folder to write the two files into (created if missing; checked writable before generating)
     :param workers: Number of worker processes (1: record in this process)
@@ -61,8 +63,8 @@ def generate_dataset(
     :param overwrite: Whether to replace existing files; if False, existing files are an error (checked first)
     :return: The path of the training file
     """
-    family = parse_play_dataset(dataset)
-    name = f"{family}-play-v0"
+    family, visual = parse_play_dataset(dataset)
+    name = f"{'visual-' if visual else ''}{family}-play-v0"
     if not _is_count(episodes, 1):
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
     if val_episodes is None:
@@ -89,7 +91,8 @@ def generate_dataset(
     val = _EpisodeTable(val_episodes, episode_length)
     plans = plans_succeeded = unhealthy_attempts = 0
     with tqdm(total=n_episodes * episode_length, unit="step", desc=name, disable=not progress) as bar:
-        for index, episode in enumerate(_record_episodes(family, episode_length, seed, n_episodes, workers)):
+        episodes_recorded = _record_episodes(family, visual, episode_length, seed, n_episodes, workers)
+        for index, episode in enumerate(episodes_recorded):
             (train if index < episodes else val).add(episode.arrays)
             plans += episode.plans
             plans_succeeded += episode.plans_succeeded
@@ -120,10 +123,12 @@ def _is_count(value: object, minimum: int) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
 
 
-def _record_episodes(family: str, episode_length: int, seed: int, n_episodes: int, workers: int) -> Iterator[PlayEpisode]:
+def _record_episodes(
+    family: str, visual: bool, episode_length: int, seed: int, n_episodes: int, workers: int
+) -> Iterator[PlayEpisode]:
     """The episodes 0 .. n_episodes - 1 in order, recorded here (one worker) or by a pool of worker processes."""
     if workers == 1:
-        collector = PlayCollector(family, episode_length)
+        collector = PlayCollector(family, episode_length, visual)
         # The oracles draw from numpy's global generator: leave the caller's state as it was.
         global_state = np.random.get_state()
         try:
@@ -135,14 +140,14 @@ def _record_episodes(family: str, episode_length: int, seed: int, n_episodes: in
         return
     # "spawn": no inherited threads or MuJoCo state; each worker builds its own env once.
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(family, episode_length)) as pool:
+    with context.Pool(workers, initializer=_init_worker, initargs=(family, episode_length, visual)) as pool:
         yield from pool.imap(_collect_in_worker, [(seed, episode) for episode in range(n_episodes)])
 
 
-def _init_worker(family: str, episode_length: int) -> None:
+def _init_worker(family: str, episode_length: int, visual: bool) -> None:
     """Pool initializer: make this worker's collector."""
     global _worker_collector
-    _worker_collector = PlayCollector(family, episode_length)
+    _worker_collector = PlayCollector(family, episode_length, visual)
 
 
 def _collect_in_worker(seed_and_episode: tuple[int, int]) -> PlayEpisode:

@@ -24,7 +24,7 @@ class EnvDims:
     """What an npz must match: the single-task env's per-row sizes."""
 
     env_id: str
-    observation: int
+    observation: tuple[int, ...]
     action: int
     qpos: int
     buttons: int | None
@@ -47,10 +47,10 @@ def _required_keys(family: str) -> tuple[str, ...]:
     return (*keys, "button_states") if family in BUTTON_FAMILIES else keys
 
 
-def read_npz(path: Path, family: str) -> dict[str, np.ndarray]:
-    """The arrays a conversion reads, checked for everything that does not need the env."""
-    check_npz_layout(path, inspect_npz(path), family)
-    arrays = _load_npz(path, family)
+def read_npz(path: Path, family: str, visual: bool = False) -> dict[str, np.ndarray]:
+    """The arrays a conversion reads, checked for everything that does not need the env (``visual``: uint8 frames)."""
+    check_npz_layout(path, inspect_npz(path), family, visual)
+    arrays = _load_npz(path, family, visual)
     _check_npz_contents(path, arrays)
     return arrays
 
@@ -86,8 +86,11 @@ def inspect_npz(path: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_npz_layout(path: Path, shapes: dict[str, tuple[int, ...]], family: str) -> None:
-    """Required keys present, one row count of at least 2, one row per step (terminals) and flat rows elsewhere."""
+def check_npz_layout(path: Path, shapes: dict[str, tuple[int, ...]], family: str, visual: bool = False) -> None:
+    """
+    Required keys present, one row count of at least 2, one row per step (terminals) and flat rows elsewhere, but
+    (height, width, channels) frames as the observations of a visual dataset.
+    """
     required = _required_keys(family)
     missing = [key for key in required if key not in shapes]
     if missing:
@@ -96,6 +99,8 @@ def check_npz_layout(path: Path, shapes: dict[str, tuple[int, ...]], family: str
             f"found {sorted(shapes)}"
         )
     expected_ndim = {key: 1 if key == "terminals" else 2 for key in required}
+    if visual:
+        expected_ndim["observations"] = 4
     for key, ndim in expected_ndim.items():
         if len(shapes[key]) != ndim:
             raise ValueError(f"{str(path)!r} {key} have shape {shapes[key]}; expected {ndim} dimension(s)")
@@ -108,7 +113,7 @@ def check_npz_layout(path: Path, shapes: dict[str, tuple[int, ...]], family: str
 
 def check_row_shapes(path: Path, shapes: dict[str, tuple[int, ...]], dims: EnvDims) -> None:
     """Per-row shapes matching the single-task env."""
-    expected = {"observations": (dims.observation,), "actions": (dims.action,), "qpos": (dims.qpos,)}
+    expected = {"observations": dims.observation, "actions": (dims.action,), "qpos": (dims.qpos,)}
     if dims.buttons is not None:
         expected["button_states"] = (dims.buttons,)
     for key, row_shape in expected.items():
@@ -119,14 +124,23 @@ def check_row_shapes(path: Path, shapes: dict[str, tuple[int, ...]], dims: EnvDi
             )
 
 
-def _load_npz(path: Path, family: str) -> dict[str, np.ndarray]:
-    """The required arrays, observations and actions as float32 (OGBench's loader casts them the same way)."""
-    dtypes = {"observations": np.float32, "actions": np.float32}
+def _load_npz(path: Path, family: str, visual: bool) -> dict[str, np.ndarray]:
+    """
+    The required arrays, observations and actions as float32 (OGBench's loader casts them the same way); the frames
+    of a visual dataset as they are, which must be uint8.
+    """
+    dtypes = {"observations": None if visual else np.float32, "actions": np.float32}
     try:
         with np.load(path) as file, np.errstate(over="ignore"):
-            return {key: np.asarray(file[key], dtype=dtypes.get(key)) for key in _required_keys(family)}
+            arrays = {key: np.asarray(file[key], dtype=dtypes.get(key)) for key in _required_keys(family)}
     except _NPZ_READ_ERRORS as error:
         raise ValueError(f"{str(path)!r} could not be read (truncated or corrupt?): {error}") from error
+    if visual and arrays["observations"].dtype != np.uint8:
+        raise ValueError(
+            f"{str(path)!r} observations have dtype {arrays['observations'].dtype}; a visual dataset's frames must be "
+            "uint8 (is this a state dataset?)"
+        )
+    return arrays
 
 
 def _check_npz_contents(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -144,6 +158,8 @@ def _check_npz_contents(path: Path, arrays: dict[str, np.ndarray]) -> None:
             f"{str(path)!r} row {int(np.argmax(single_row))} is a one-row trajectory; expected at least 2 rows each"
         )
     for key in ("observations", "actions", "qpos"):
+        if not np.issubdtype(arrays[key].dtype, np.floating):
+            continue  # the uint8 frames of a visual dataset
         # Observations and actions are already float32 (a finite 1e39 has become inf), as stored.
         finite_rows = np.isfinite(arrays[key]).all(axis=1)
         if not finite_rows.all():

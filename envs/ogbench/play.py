@@ -6,6 +6,12 @@ OGBench's datasets were made with; docs/design.md): a data-collection env that n
 with noise 0.1 and smoothing 0.5, a new random target (and that target's oracle) whenever a plan finishes, and the
 scene health check. Upstream never seeds; here each episode is seeded from ``(seed, episode index, attempt)``, so an
 episode does not depend on which process made it or what it made before.
+
+A visual episode is recorded the same way in OGBench's visual data-collection env (``visual-<family>-v0``): the
+oracles act on the privileged state in ``info``, and each row's observation is the frame that env rendered, the
+same code path, model and camera as the visual single-task env online. Frames rendered afterwards from the stored
+qpos/qvel would differ: after a step MuJoCo's body poses are those computed before the last physics substep's
+integration, while setting the state poses the bodies at the stored qpos exactly.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ogbench.manipspace.oracles.plan.drawer_plan import DrawerPlanOracle
 from ogbench.manipspace.oracles.plan.plan_oracle import PlanOracle
 from ogbench.manipspace.oracles.plan.window_plan import WindowPlanOracle
 
-from qc_sb3.envs.ogbench.tasks import OGBENCH_FAMILIES
+from qc_sb3.envs.ogbench.tasks import OGBENCH_FAMILIES, check_headless_rendering
 
 # Upstream flag defaults for "play" data.
 PLAN_NOISE = 0.1
@@ -31,21 +37,24 @@ UPSTREAM_EPISODE_LENGTH = 1001
 # Upstream retries an unhealthy scene episode forever; this many failed attempts in a row is taken as a bug.
 MAX_SCENE_ATTEMPTS = 100
 
-_PLAY_DATASET_PATTERN = re.compile(r"^(?P<family>.+)-play(-v0)?$")
+_PLAY_DATASET_PATTERN = re.compile(r"^(?P<visual>visual-)?(?P<family>.+)-play(-v0)?$")
 
 
-def parse_play_dataset(dataset: str) -> str:
+def parse_play_dataset(dataset: str) -> tuple[str, bool]:
     """
-    The family of a play dataset name.
+    The family of a play dataset name, and whether it is visual.
 
-    :param dataset: ``"<family>-play-v0"`` (or without ``-v0``), e.g. ``"cube-double-play-v0"``
-    :return: The family, e.g. ``"cube-double"``
+    :param dataset: ``"[visual-]<family>-play-v0"`` (or without ``-v0``), e.g. ``"cube-double-play-v0"``
+    :return: The family and whether the dataset is visual, e.g. ``("cube-double", False)``
     """
     match = _PLAY_DATASET_PATTERN.match(dataset) if isinstance(dataset, str) else None
     if match is None or match["family"] not in OGBENCH_FAMILIES:
         valid = ", ".join(f"{family}-play-v0" for family in OGBENCH_FAMILIES)
-        raise ValueError(f"unknown OGBench play dataset {dataset!r}; expected one of: {valid} (the '-v0' is optional)")
-    return match["family"]
+        raise ValueError(
+            f"unknown OGBench play dataset {dataset!r}; expected one of: {valid}, or one of them prefixed with "
+            "'visual-' (image observations); the '-v0' is optional"
+        )
+    return match["family"], match["visual"] is not None
 
 
 def draw_p_stack(family: str) -> float:
@@ -96,9 +105,9 @@ class PlayEpisode:
     """
     One recorded play episode, one row per env step, in the dtypes of OGBench's npz files.
 
-    :param arrays: ``observations`` (float32, s_t), ``actions`` (float32), ``terminals`` (bool, True on the last row),
-        ``qpos`` and ``qvel`` (float32, the state before the action) and, for scene and puzzle, ``button_states``
-        (int64, before the action)
+    :param arrays: ``observations`` (float32 s_t, or uint8 frames of a visual episode), ``actions`` (float32),
+        ``terminals`` (bool, True on the last row), ``qpos`` and ``qvel`` (float32, the state before the action) and,
+        for scene and puzzle, ``button_states`` (int64, before the action)
     :param plans: Number of oracle plans that finished during the episode
     :param plans_succeeded: How many of them ended with their target reached (``info["success"]``)
     :param unhealthy_attempts: Scene attempts dropped by the health check before this one
@@ -116,16 +125,24 @@ class PlayCollector:
 
     :param family: The OGBench family, e.g. ``"cube-double"``
     :param episode_length: Rows per episode (upstream: 1001)
+    :param visual: Whether to record in the visual env: 64 x 64 x 3 uint8 frames as observations (rendered
+        headless: ``MUJOCO_GL=osmesa`` or ``egl``)
     """
 
-    def __init__(self, family: str, episode_length: int = UPSTREAM_EPISODE_LENGTH) -> None:
+    def __init__(self, family: str, episode_length: int = UPSTREAM_EPISODE_LENGTH, visual: bool = False) -> None:
         if family not in OGBENCH_FAMILIES:
             raise ValueError(f"unknown OGBench family {family!r}; expected one of: {', '.join(OGBENCH_FAMILIES)}")
         if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length < 2:
             raise ValueError(f"episode_length must be an int >= 2 (a row and its successor), got {episode_length!r}")
+        if not isinstance(visual, bool):
+            raise TypeError(f"visual must be a bool, got {visual!r}")
         self.family = family
         self.episode_length = episode_length
-        self.env = gym.make(f"{family}-v0", terminate_at_goal=False, mode="data_collection", max_episode_steps=episode_length)
+        self.visual = visual
+        if visual:
+            check_headless_rendering()
+        env_id = f"visual-{family}-v0" if visual else f"{family}-v0"
+        self.env = gym.make(env_id, terminate_at_goal=False, mode="data_collection", max_episode_steps=episode_length)
         self.has_button_states = family in ("scene", "puzzle-3x3")
         self.oracles = self._make_oracles()
 
@@ -174,6 +191,10 @@ class PlayCollector:
         done = False
         while not done:
             action = np.clip(np.asarray(oracle.select_action(observation, info)), -1, 1)
+            if self.visual:
+                # The stored float32 action is the one applied: replaying a row's action from its state gives the
+                # next row's frame exactly. (State episodes apply the oracle's float64 action, as upstream.)
+                action = action.astype(np.float32)
             next_observation, _, terminated, truncated, info = self.env.step(action)
             done = terminated or truncated
             if oracle.done:
@@ -201,9 +222,10 @@ class PlayCollector:
         return PlayEpisode(arrays, plans, plans_succeeded, unhealthy_attempts=0)
 
     def _keys(self) -> dict[str, type]:
-        """The recorded keys and their dtypes (upstream: terminals bool, button_states int64, the rest float32)."""
+        """The recorded keys and their dtypes (upstream: terminals bool, button_states int64, frames uint8, the rest
+        float32)."""
         keys: dict[str, type] = {
-            "observations": np.float32,
+            "observations": np.uint8 if self.visual else np.float32,
             "actions": np.float32,
             "terminals": np.bool_,
             "qpos": np.float32,

@@ -290,6 +290,8 @@ def convert_to_minari(
             algorithm_name="robomimic demonstrations",
             description=f"robomimic {info.name}: {selection} of {source.path.name}, converted by qc_sb3.envs.robomimic",
             requirements=REQUIREMENTS,
+            # Minari JPEG-encodes uint8 image spaces by default; qc_sb3's datasets keep every value exact.
+            jpeg_encoding=False,
         )
         dataset.storage.update_metadata({"env_spec": spec.to_json()})
         _move_into_place(staging, root, dataset_id)

@@ -10,6 +10,7 @@ from pathlib import Path
 import gymnasium as gym
 import minari
 import numpy as np
+from minari.dataset.minari_storage import is_image_space
 
 from qc_sb3.common.dataset_checksums import verify_checksums
 from qc_sb3.common.input_checks import user_stacklevel
@@ -112,12 +113,29 @@ def _from_minari_dataset(dataset: minari.MinariDataset, env_id: str | None) -> O
             f"trains on env {env_id!r}: check that it is this env's data",
             stacklevel=user_stacklevel(),
         )
+    _warn_if_lossy_images(dataset)
     try:
         return _concatenate_episodes(dataset)
     except OSError as error:
         raise ValueError(
             f"Minari dataset {dataset.id!r} at {dataset.spec.data_path!r} is not readable (truncated or damaged?): {error}"
         ) from error
+
+
+def _warn_if_lossy_images(dataset: minari.MinariDataset) -> None:
+    """
+    Warn when a dataset stores its image observations JPEG-encoded (Minari's default for uint8 image spaces).
+
+    :param dataset: The dataset; Minari records the encoding in its metadata (``jpeg_encoding``, read back as
+        ``dataset.storage.jpeg_encoding``) and applies it to observation spaces it takes for images
+    """
+    if dataset.storage.jpeg_encoding and is_image_space(dataset.observation_space):
+        warnings.warn(
+            f"Minari dataset {dataset.id!r} ({dataset.spec.data_path}) stores its image observations JPEG-encoded "
+            "(lossy): the frames it trains on differ from the exact pixels the env shows online; write it with "
+            "jpeg_encoding=False (as qc_sb3's converters do) to keep them exact",
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _concatenate_episodes(dataset: minari.MinariDataset) -> OfflineTransitions:

@@ -3,6 +3,11 @@
 Its data is read from the official files in a folder (``<family>-play-v0.npz``, or a folder of ``.npz`` shards such
 as the 100M-transition cube-quadruple set), or generated locally with the domain's scripted policies, and converted
 to Minari once, in the dataset cache. Its domains are the task families.
+
+Its visual tasks (``visual-<task>``: 64 x 64 x 3 camera frames as observations) read ``visual-<family>-play-v0``, from
+the same sources (play data generated in the visual env records a few frames per second on a CPU: see
+docs/guides/own-env-and-data.md). Their domains are ``visual-<family>``, with the family's per-domain settings, and
+their runs follow the reference's protocol for images (:data:`IMAGE_HYPERPARAMETERS`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,16 @@ DOMAIN_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "puzzle-3x3": paper_domain_settings(qc_num_samples=64, qc_fql_alpha=300.0, fql_alpha=100.0, fql_n_alpha=100.0),
 }
 
+DOMAIN_SETTINGS.update({f"visual-{family}": settings for family, settings in list(DOMAIN_SETTINGS.items())})
+
+# The reference's protocol for images (agents/acfql.py, config encoder="impala_small"): CnnPolicy, the impala_small
+# encoder, the critic's own encoder apart from the actor side's (share_features_extractor=False). The reference gives
+# QC-FQL's flow and one-step policy an encoder each; here they share the actor side's. It stacks no frames.
+IMAGE_POLICY = "CnnPolicy"
+IMAGE_HYPERPARAMETERS: dict[str, Any] = {
+    "policy_kwargs": {"features_extractor_class": "ImpalaSmallExtractor", "share_features_extractor": False}
+}
+
 
 def tasks() -> list[TaskSpec]:
     """
@@ -46,20 +61,31 @@ def tasks() -> list[TaskSpec]:
 
     :raises ImportError: If :mod:`qc_sb3.envs.ogbench` does not import (the ogbench extra installs its packages)
     """
-    from qc_sb3.envs.ogbench import EPISODE_LIMITS, OGBENCH_TASKS, SPARSE_BY_DEFAULT, parse_task
+    from qc_sb3.envs.ogbench import (
+        EPISODE_LIMITS,
+        OGBENCH_TASKS,
+        SPARSE_BY_DEFAULT,
+        VISUAL_OGBENCH_TASKS,
+        is_visual_task,
+        parse_task,
+    )
 
     specs = []
-    for name in OGBENCH_TASKS:
+    for name in OGBENCH_TASKS + VISUAL_OGBENCH_TASKS:
         family, _ = parse_task(name)
+        visual = is_visual_task(name)
+        prefix = "visual-" if visual else ""
+        image = {"policy": IMAGE_POLICY, "hyperparameters": IMAGE_HYPERPARAMETERS} if visual else {}
         specs.append(
             TaskSpec(
                 name=name,
                 suite="ogbench",
-                domain=family,
+                domain=f"{prefix}{family}",
                 make_env=functools.partial(_make_env, name),
                 # docs/algorithms.md §6: the paper's episode limits, sparse rewards for scene and puzzle-3x3.
                 env_kwargs={"sparse": family in SPARSE_BY_DEFAULT, "max_episode_steps": EPISODE_LIMITS[family]},
-                dataset=f"{family}-play-v0",
+                dataset=f"{prefix}{family}-play-v0",
+                **image,
             )
         )
     return specs
