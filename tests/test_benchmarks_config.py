@@ -242,7 +242,9 @@ def test_paper_settings_are_built_in(task, method, expected, env_kwargs, n_seeds
         assert hyperparameters["flow_steps"] == 10 and hyperparameters["n_critics"] == 2 and hyperparameters["q_agg"] == "mean"
 
 
-@pytest.mark.parametrize("name", ["paper.yaml", "quickstart.yaml", "cpu.yaml", "evidence-tasks-pilot.yaml"])
+@pytest.mark.parametrize(
+    "name", ["paper.yaml", "quickstart.yaml", "cpu.yaml", "evidence-tasks-pilot.yaml", "image-check.yaml"]
+)
 def test_shipped_configs_are_valid(name, tmp_path):
     pytest.importorskip("qc_sb3.envs.ogbench")
     data_dirs = {}

@@ -88,7 +88,7 @@ def test_a_suite_without_the_domain_names_the_missing_domain():
 def test_builtin_suites_declare_every_methods_settings_for_each_of_their_tasks_domains():
     suites = {suite.name: suite for suite in builtin_suites()}
     builtin_tasks = [get_task(name) for name in task_names() if get_task(name).suite in suites]
-    assert {task.suite for task in builtin_tasks} == {"ogbench", "robomimic"}
+    assert {task.suite for task in builtin_tasks} == {"ogbench", "robomimic", "image-reach"}
     for task in builtin_tasks:
         for method in METHODS.values():
             for argument in method.per_domain:

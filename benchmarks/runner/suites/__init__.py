@@ -1,5 +1,6 @@
-"""The built-in suites, one module each, mirroring :mod:`envs`: OGBench (:mod:`qc_sb3.benchmarks.runner.suites.ogbench`) and
-robomimic (:mod:`qc_sb3.benchmarks.runner.suites.robomimic`).
+"""The built-in suites, one module each, mirroring :mod:`envs`: OGBench (:mod:`qc_sb3.benchmarks.runner.suites.ogbench`),
+robomimic (:mod:`qc_sb3.benchmarks.runner.suites.robomimic`), and a small image task, image-reach
+(:mod:`qc_sb3.benchmarks.runner.suites.image_reach`).
 
 A suite module declares ``SUITE`` (a :class:`~qc_sb3.benchmarks.runner.specs.SuiteSpec`: its dataset sources, how it prepares
 them, its default seeds and the per-domain settings of its domains) and ``tasks()``, which imports its :mod:`envs`
@@ -13,9 +14,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from qc_sb3.benchmarks.runner.specs import SuiteSpec, TaskSpec
-from qc_sb3.benchmarks.runner.suites import ogbench, robomimic
+from qc_sb3.benchmarks.runner.suites import image_reach, ogbench, robomimic
 
-SUITE_MODULES: tuple[ModuleType, ...] = (ogbench, robomimic)
+SUITE_MODULES: tuple[ModuleType, ...] = (ogbench, robomimic, image_reach)
 
 
 def builtin_suites() -> list[SuiteSpec]:
