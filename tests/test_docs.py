@@ -45,7 +45,7 @@ def test_every_citation_names_a_document_and_section_of_the_repository() -> None
 
 
 def test_no_citation_points_outside_the_repository() -> None:
-    outside = re.compile(r"spec/\w+\.md|spec ?§|(?<![\w/])(?:data|design|algorithms)\.md")
+    outside = re.compile(r"spec/\w+\.md|spec ?§|(?<![\w/-])(?:data|design|algorithms)\.md")
     offenders = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in SOURCES
