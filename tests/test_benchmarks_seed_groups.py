@@ -1,5 +1,6 @@
 """Seeds in one process (execution.seeds_per_process): the same run folders as separate runs, resumable, refused where
-the algorithm cannot stack its seeds."""
+the algorithm cannot stack its seeds. The runner stacks a group's updates on a GPU (qc_sb3.seeds.group.stacks_updates);
+these tests run that path on the CPU, and one test the CPU's own (each seed's own update, in turn)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from qc_sb3.benchmarks.runner.config import ConfigError, load_config
 from qc_sb3.benchmarks.runner.datasets import prepare_datasets
 from qc_sb3.benchmarks.runner.planning import plan_runs
 from qc_sb3.benchmarks.runner.seed_groups import execute_together, plan_jobs
+from qc_sb3.seeds import group as group_module
+from qc_sb3.seeds.group import stacks_updates
 from qc_sb3.seeds.stacked_update import StackedUpdate
 
 from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
@@ -60,6 +63,14 @@ def stats(run_dir: Path) -> list[tuple[str, str, str, float]]:
     with (run_dir / "train_stats.csv").open(newline="") as file:
         rows = [(row["phase"], row["step"], row["tag"], float(row["value"])) for row in csv.DictReader(file)]
     return [row for row in rows if not row[2].startswith("time/")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stacked_as_on_a_gpu():
+    """Groups stack their updates, as they do on a GPU."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(group_module, "stacks_updates", lambda device: True)
+        yield
 
 
 def count_stacked_steps(monkeypatch) -> list[int]:
@@ -115,6 +126,21 @@ def test_seeds_in_one_process_write_the_runs_that_separate_processes_write(separ
     # Each seed its own model: the seeds differ from each other.
     first, second = (final_parameters(run_dir)["policy"] for run_dir in run_dirs(grouped)[:2])
     assert not all(th.equal(first[name], second[name]) for name in first)
+
+
+def test_on_the_cpu_seeds_in_one_process_take_their_own_updates_in_turn(tmp_path, separate_and_grouped, monkeypatch):
+    separate, _ = separate_and_grouped
+    monkeypatch.setattr(group_module, "stacks_updates", stacks_updates)
+    calls = count_stacked_steps(monkeypatch)
+    config = write_config(tmp_path / "toy.yaml", grouped_config(3))
+    summaries = run_benchmark(config, out=tmp_path / "results", workers=0, report=False)
+    assert [summary["status"] for summary in summaries] == ["done"] * 3
+    assert calls[0] == 0
+    # Each seed's own update: the runs of separate processes, bit for bit.
+    for together, alone in zip(run_dirs(tmp_path / "results"), run_dirs(separate), strict=True):
+        assert read_rows(together) == read_rows(alone)
+        mine, theirs = final_parameters(together), final_parameters(alone)
+        assert all(th.equal(mine["policy"][name], tensor) for name, tensor in theirs["policy"].items())
 
 
 def test_the_seeds_of_a_group_take_their_gradient_steps_as_one_stacked_update(tmp_path, monkeypatch):

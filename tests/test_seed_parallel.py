@@ -1,4 +1,4 @@
-"""Seeds in one process: S stacked seeds against S models trained alone (qc_sb3.seeds)."""
+"""Seeds in one process: S seeds, their updates stacked or in turn, against S models trained alone (qc_sb3.seeds)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.seeds import SeedParallel
+from qc_sb3.seeds import group as group_module
+from qc_sb3.seeds.group import stacks_updates
+from qc_sb3.seeds.stacked_update import StackedUpdate
 from qc_sb3.seeds.turns import SeedGroupError, global_random_state, set_global_random_state
 
 from toy_tasks import PointReachEnv, scripted_demonstrations
@@ -19,11 +22,11 @@ SEEDS = (0, 1, 2)
 TOLERANCE = 1e-5
 
 
-def settings(algorithm: type) -> dict:
+def settings(algorithm: type, offline_steps: int = OFFLINE_STEPS) -> dict:
     kwargs = dict(
         policy_kwargs=dict(net_arch=[32, 32]),
         offline_dataset=scripted_demonstrations(20),
-        offline_gradient_steps=OFFLINE_STEPS,
+        offline_gradient_steps=offline_steps,
         learning_starts=0,
         batch_size=16,
         buffer_size=1000,
@@ -46,15 +49,17 @@ def record_steps(model) -> list[dict[str, float]]:
     return steps
 
 
-def alone(algorithm: type, seed: int, online_steps: int = ONLINE_STEPS):
-    model = algorithm("MlpPolicy", PointReachEnv(), seed=seed, **settings(algorithm))
+def alone(algorithm: type, seed: int, online_steps: int = ONLINE_STEPS, offline_steps: int = OFFLINE_STEPS):
+    model = algorithm("MlpPolicy", PointReachEnv(), seed=seed, **settings(algorithm, offline_steps))
     steps = record_steps(model)
     model.learn(online_steps)
     return model, steps
 
 
-def together(algorithm: type, seeds=SEEDS, online_steps: int = ONLINE_STEPS):
-    group = SeedParallel(algorithm, lambda seed: PointReachEnv(), seeds, **settings(algorithm))
+def together(
+    algorithm: type, seeds=SEEDS, online_steps: int = ONLINE_STEPS, stacked: bool = True, offline_steps: int = OFFLINE_STEPS
+):
+    group = SeedParallel(algorithm, lambda seed: PointReachEnv(), seeds, stacked=stacked, **settings(algorithm, offline_steps))
     steps = [record_steps(model) for model in group.models]
     group.learn(online_steps)
     return group, steps
@@ -88,9 +93,38 @@ def test_stacked_seeds_are_the_seeds_trained_alone(algorithm):
                 assert float(state["step"]) == float(other["step"]) == OFFLINE_STEPS + ONLINE_STEPS
 
 
-def test_a_seed_does_not_depend_on_the_other_seeds():
-    first, _ = together(QCFQL, seeds=(0, 1, 2), online_steps=20)
-    second, _ = together(QCFQL, seeds=(0, 1, 7), online_steps=20)
+@pytest.mark.parametrize("algorithm", [QCFQL, QC])
+def test_seeds_in_turn_are_exactly_the_seeds_trained_alone(algorithm):
+    # Each seed runs its model's own update: bit-identical to the model alone, so a few steps of each phase suffice.
+    group, group_steps = together(algorithm, online_steps=30, stacked=False, offline_steps=30)
+    for index, seed in enumerate(SEEDS):
+        model, steps = alone(algorithm, seed, online_steps=30, offline_steps=30)
+        member = group.models[index]
+        assert steps == group_steps[index] and len(steps) == 60
+        assert_close_states(model.policy.state_dict(), member.policy.state_dict(), 0.0)
+        size = model.replay_buffer.pos
+        np.testing.assert_array_equal(member.replay_buffer.actions[:size], model.replay_buffer.actions[:size])
+        for mine, theirs in zip(model.policy.optimizers, member.policy.optimizers, strict=True):
+            for state, other in zip(mine.state_dict()["state"].values(), theirs.state_dict()["state"].values(), strict=True):
+                assert th.equal(state["exp_avg_sq"], other["exp_avg_sq"])
+
+
+def test_seeds_stack_their_updates_on_a_gpu_only_unless_told(monkeypatch):
+    assert stacks_updates(th.device("cuda", 0)) and not stacks_updates(th.device("cpu"))
+    built = []
+    monkeypatch.setattr(group_module, "StackedUpdate", lambda models: built.append(models) or StackedUpdate(models))
+    SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), **settings(QCFQL)).pretrain(2)
+    assert built == []  # on the CPU, each seed's own update
+    SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=True, **settings(QCFQL)).pretrain(2)
+    assert len(built) == 1 and len(built[0]) == 2
+    with pytest.raises(TypeError, match="stacked"):
+        SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked="yes", **settings(QCFQL))
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_a_seed_does_not_depend_on_the_other_seeds(stacked):
+    first, _ = together(QCFQL, seeds=(0, 1, 2), online_steps=20, stacked=stacked)
+    second, _ = together(QCFQL, seeds=(0, 1, 7), online_steps=20, stacked=stacked)
     for index in (0, 1):
         mine, theirs = first.models[index].policy.state_dict(), second.models[index].policy.state_dict()
         assert all(th.equal(mine[name], theirs[name]) for name in mine)
@@ -98,17 +132,19 @@ def test_a_seed_does_not_depend_on_the_other_seeds():
     assert not all(th.equal(changed[0][name], changed[1][name]) for name in changed[0])
 
 
-def test_seeds_differ_from_each_other_and_share_the_offline_segment():
-    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, **settings(QCFQL))
+@pytest.mark.parametrize("stacked", [True, False])
+def test_seeds_differ_from_each_other_and_share_the_offline_segment(stacked):
+    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, stacked=stacked, **settings(QCFQL))
     weights = [model.policy.flow.mlp.linears[0].weight for model in group.models]
     assert not th.equal(weights[0], weights[1])
-    group.pretrain(1)  # the seeds' buffers share their offline segment from the first stacked step on
+    group.pretrain(1)  # the seeds' buffers share their offline segment from the first gradient step on
     buffers = [model.replay_buffer for model in group.models]
     assert all(buffer.offline_observations is buffers[0].offline_observations for buffer in buffers)
 
 
-def test_each_seed_saves_an_ordinary_model_file(tmp_path):
-    group, _ = together(QCFQL, online_steps=10)
+@pytest.mark.parametrize("stacked", [True, False])
+def test_each_seed_saves_an_ordinary_model_file(tmp_path, stacked):
+    group, _ = together(QCFQL, online_steps=10, stacked=stacked)
     paths = group.save(tmp_path)
     assert [path.name for path in paths] == [f"seed{seed}.zip" for seed in SEEDS]
     model, _ = alone(QCFQL, 1, online_steps=10)
@@ -150,10 +186,18 @@ class StopAt(BaseCallback):
         return self.n_calls < self.calls
 
 
-def test_a_seed_stopping_early_stops_the_group_with_a_message():
-    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), **settings(QCFQL))
+def test_a_seed_stopping_early_stops_stacked_seeds_with_a_message():
+    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=True, **settings(QCFQL))
     with pytest.raises(SeedGroupError, match="lockstep"):
         group.learn(10, callbacks=[None, StopAt(5)])
+
+
+def test_a_seed_stopping_early_leaves_seeds_in_turn_going():
+    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=False, **settings(QCFQL))
+    group.learn(10, callbacks=[None, StopAt(5)])
+    first, second = group.models
+    assert first.num_timesteps == 10 and second.num_timesteps == 0  # the callback stops seed 1 in its offline phase
+    assert first._n_updates == OFFLINE_STEPS + 10 and second._n_updates == 5
 
 
 @pytest.mark.parametrize(
@@ -166,7 +210,13 @@ def test_a_seed_stopping_early_stops_the_group_with_a_message():
 )
 def test_unsupported_settings_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error, match=message):
-        SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, **{**settings(QCFQL), **kwargs})
+        SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, stacked=True, **{**settings(QCFQL), **kwargs})
+
+
+def test_seeds_in_turn_take_what_each_model_takes_alone():
+    kwargs = {**settings(QCFQL), "compile_step": True, "train_freq": (1, "episode")}
+    group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=False, **kwargs)
+    assert all(model.compile_step for model in group.models)
 
 
 def test_other_algorithms_and_bad_seeds_are_refused():

@@ -5,8 +5,9 @@ and method are taken S at a time, in seed order, and each such job runs in one p
 :func:`~qc_sb3.benchmarks.runner.runs.execute_run` in a thread of its own, the threads taking turns
 (:class:`~qc_sb3.seeds.turns.SeedTurns`: one at a time, each with its own global random generators), and each run's
 model, once built or restored, joins a :class:`~qc_sb3.seeds.group.SeedGroup`, which runs the runs' gradient steps as
-one stacked update. Every run writes its own folder exactly as it would alone (config, evaluations, checkpoints,
-training statistics, progress, ``DONE``); its results are those of the run alone to float32 rounding.
+one stacked update on a GPU and each run's own in its turn on a CPU. Every run writes its own folder exactly as it
+would alone (config, evaluations, checkpoints, training statistics, progress, ``DONE``); its results are those of the
+run alone (to float32 rounding where stacked).
 
 Which runs of a job train together is decided when the job starts, from where each run stands:
 

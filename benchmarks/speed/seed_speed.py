@@ -3,9 +3,10 @@
 Run: ``python -m qc_sb3.benchmarks.speed --seeds 1 2 4 8 [--configs small default] [--methods QC QCFQL] [--rounds 5]
 [--repeats 10] [--cost-csv FILE]`` with the reference options of :mod:`qc_sb3.benchmarks.speed.step_speed`. For each
 configuration, method and S, every way of training S seeds on the machine is timed: one process at the machine's
-threads holding them (:class:`~qc_sb3.seeds.SeedParallel` of S; for S = 1 also an ordinary model), and, for an even
-S on a CPU with two cores or more, two processes at one thread each, each pinned to a core of its own and holding
-S / 2 (an ordinary model where that is one). A timed block is one ``pretrain(--repeats)`` call (offline gradient
+threads holding them (:class:`~qc_sb3.seeds.SeedParallel` of S, its updates stacked, and for S > 1 also each seed's
+own update in turn; for S = 1 also an ordinary model), and, for an even S on a CPU with two cores or more, two
+processes at one thread each, each pinned to a core of its own and holding S / 2 (an ordinary model where that is
+one, else a SeedParallel in turn). A timed block is one ``pretrain(--repeats)`` call (offline gradient
 steps, the group's stacking and release included) after one untimed step; the rounds take turns as the step-time
 benchmark's do, a plain matmul timed in them. A process's seed-steps per second are its seeds times its gradient
 steps per second (the median block's); two processes' are the sum of theirs, timed at the same time.
@@ -39,6 +40,7 @@ from stable_baselines3.common.logger import configure
 from qc_sb3.benchmarks.runner.methods import METHODS as PAPER_METHODS
 from qc_sb3.benchmarks.speed.seed_report import (
     ONE_PROCESS,
+    ONE_PROCESS_IN_TURN,
     ONE_PROCESS_STACKED,
     TWO_PROCESSES,
     Reference,
@@ -90,17 +92,17 @@ class Trainer:
 
 
 def make_trainer(
-    method: str, config: dict, n_seeds: int, stacked: bool, dataset: dict, device: str, first_seed: int = 0
+    method: str, config: dict, n_seeds: int, stacked: bool | None, dataset: dict, device: str, first_seed: int = 0
 ) -> Trainer:
     """
-    An ordinary model (``stacked=False``, one seed) or a :class:`~qc_sb3.seeds.SeedParallel` of ``n_seeds``, built
+    An ordinary model (``stacked=None``, one seed) or a :class:`~qc_sb3.seeds.SeedParallel` of ``n_seeds``, built
     as :func:`~qc_sb3.benchmarks.speed.step_speed.build` builds its models (obs 40, A 5, B 256, random offline
     data; an online ring of 1000 rows), with the method's flags, their loggers silent.
 
     :param method: A name of :data:`RUNNER_NAMES`
     :param config: One of :data:`~qc_sb3.benchmarks.speed.step_speed.CONFIGS` (or one like it)
     :param n_seeds: Seeds: ``first_seed``, ``first_seed + 1``, ...
-    :param stacked: A SeedParallel group (else one ordinary model)
+    :param stacked: A SeedParallel group with its updates stacked (True) or in turn (False); None: an ordinary model
     :param dataset: The offline data
     :param device: The device
     :param first_seed: The first seed
@@ -113,13 +115,14 @@ def make_trainer(
     }  # fmt: skip
     if "actor_num_samples" in spec.per_domain:
         kwargs["actor_num_samples"] = config["actor_num_samples"]
-    if not stacked:
+    if stacked is None:
         if n_seeds != 1:
             raise ValueError(f"an ordinary model trains one seed, got n_seeds={n_seeds}")
         model = spec.algorithm("MlpPolicy", ConstantEnv(), seed=first_seed, **kwargs)
         model.set_logger(configure(None, []))
         return Trainer(model.pretrain, model)  # type: ignore[arg-type]
-    group = SeedParallel(spec.algorithm, lambda seed: ConstantEnv(), range(first_seed, first_seed + n_seeds), **kwargs)  # type: ignore[arg-type]
+    seeds = range(first_seed, first_seed + n_seeds)
+    group = SeedParallel(spec.algorithm, lambda seed: ConstantEnv(), seeds, stacked=stacked, **kwargs)  # type: ignore[arg-type]
     for member in group.models:
         member.set_logger(configure(None, []))
     return Trainer(group.pretrain, group.models[0])
@@ -148,7 +151,7 @@ def _worker(connection: Any, cpu: int, specs: Sequence[tuple[str, dict, str, int
         th.set_num_threads(1)
         dataset = random_dataset()
         trainers = [
-            make_trainer(method, config, n_seeds, n_seeds > 1, dataset, device, first_seed=cpu * n_seeds)
+            make_trainer(method, config, n_seeds, False if n_seeds > 1 else None, dataset, device, first_seed=cpu * n_seeds)
             for _, config, method, n_seeds in specs
         ]
         for trainer in trainers:
@@ -202,6 +205,8 @@ def arrangements(seeds: Sequence[int], two_processes: bool) -> list[tuple[int, s
         if n_seeds == 1:
             keys.append((1, ONE_PROCESS))
         keys.append((n_seeds, ONE_PROCESS_STACKED))
+        if n_seeds > 1:
+            keys.append((n_seeds, ONE_PROCESS_IN_TURN))
         if two_processes and n_seeds % 2 == 0:
             keys.append((n_seeds, TWO_PROCESSES))
     return keys
@@ -271,8 +276,9 @@ def run(
     two_processes = th.device(device).type == "cpu" and len(os.sched_getaffinity(0)) >= 2
     dataset = random_dataset()
     keys: list[Key] = [(c, m, s, a) for c in configs for m in methods for s, a in arrangements(seeds, two_processes)]
+    group_kind = {ONE_PROCESS: None, ONE_PROCESS_STACKED: True, ONE_PROCESS_IN_TURN: False}
     trainers = {
-        key: make_trainer(key[1], configs[key[0]], key[2], key[3] == ONE_PROCESS_STACKED, dataset, device)
+        key: make_trainer(key[1], configs[key[0]], key[2], group_kind[key[3]], dataset, device)
         for key in keys
         if key[3] != TWO_PROCESSES
     }

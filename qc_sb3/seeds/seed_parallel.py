@@ -1,4 +1,4 @@
-"""SeedParallel: S seeds of QC or QC-FQL trained in one process as one stacked model (docs/guides/seeds.md)."""
+"""SeedParallel: S seeds of QC or QC-FQL trained in one process, their updates stacked or in turn (docs/guides/seeds.md)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,37 @@ from pathlib import Path
 from typing import Any
 
 from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.utils import get_device
 
 from qc_sb3.common.flow_q import FlowQAlgorithm
-from qc_sb3.seeds.group import SeedGroup
+from qc_sb3.seeds.group import SeedGroup, stacks_updates
 from qc_sb3.seeds.turns import SeedTurns, global_random_state, set_global_random_state
 
 # Constructor arguments SeedParallel sets itself, per seed.
 PER_SEED_ARGUMENTS = ("seed", "env")
 # Constructor arguments whose values the stacked update does not support.
-REFUSED_ARGUMENTS = {"compile_step": True}
+REFUSED_WHEN_STACKED = {"compile_step": True}
 
 
 class SeedParallel:
     """
     S independent seeds of one algorithm (QC or QC-FQL, and the BFN / FQL / ``-n`` variants, which are their flags)
     in one process: each seed is an ordinary model, built from its own seed (its own initialisation, random
-    streams, env, online replay ring and optimizer states), and the seeds' gradient steps run as one stacked update
-    (:class:`~qc_sb3.seeds.stacked_update.StackedUpdate`). A seed's results are those of its model trained alone,
-    to float32 rounding. Offline data is read once per seed and, from the first stacked step on, held once: the
-    seeds' buffers share one offline segment.
+    streams, env, online replay ring and optimizer states). The seeds take turns, step by step; their gradient steps
+    run as one stacked update (:class:`~qc_sb3.seeds.stacked_update.StackedUpdate`; a seed's results are those of
+    its model trained alone, to float32 rounding) or each as its model's own update (exactly its results alone).
+    Offline data is read once per seed and, from the first gradient step on, held once: the seeds' buffers share one
+    offline segment.
 
-    Not supported, refused: ``compile_step=True``; callbacks that stop one seed early (the seeds train in lockstep);
-    ``train_freq`` in episodes (the seeds' updates would fall at different times).
+    Refused with stacked updates, which run eagerly and in lockstep: ``compile_step=True``, ``train_freq`` in
+    episodes (the seeds' updates would fall at different times), and callbacks that stop one seed early.
 
     :param algorithm: ``QC`` or ``QCFQL``
     :param env_factory: Makes seed ``s``'s env: ``env_factory(s)``
     :param seeds: The seeds, one model each
     :param policy: The policy, as the algorithm takes it (``"MlpPolicy"``)
+    :param stacked: Stack the seeds' updates; None: on a GPU, not on a CPU (the measured choice,
+        :func:`~qc_sb3.seeds.group.stacks_updates`)
     :param kwargs: The algorithm's other constructor arguments, the same for every seed
     """
 
@@ -43,6 +47,7 @@ class SeedParallel:
         env_factory: Callable[[int], GymEnv],
         seeds: Sequence[int],
         policy: Any = "MlpPolicy",
+        stacked: bool | None = None,
         **kwargs: Any,
     ):
         if not (isinstance(algorithm, type) and issubclass(algorithm, FlowQAlgorithm)):
@@ -53,13 +58,21 @@ class SeedParallel:
         for name in PER_SEED_ARGUMENTS:
             if name in kwargs:
                 raise TypeError(f"SeedParallel sets {name!r} per seed: pass seeds=[...] and env_factory instead")
-        for name, value in REFUSED_ARGUMENTS.items():
-            if kwargs.get(name) == value:
-                raise ValueError(f"SeedParallel does not support {name}={value!r}")
+        if stacked not in (None, True, False):
+            raise TypeError(f"stacked must be True, False or None (the device's default), got {stacked!r}")
+        if stacked is None:
+            stacked = stacks_updates(get_device(kwargs.get("device", "auto")))
+        for name, value in REFUSED_WHEN_STACKED.items():
+            if stacked and kwargs.get(name) == value:
+                raise ValueError(f"SeedParallel with stacked updates does not support {name}={value!r} (pass stacked=False)")
         train_freq = kwargs.get("train_freq", 1)
-        if isinstance(train_freq, tuple) and train_freq[1] != "step":
-            raise ValueError(f"SeedParallel needs train_freq in steps (the seeds train in lockstep), got {train_freq!r}")
+        if stacked and isinstance(train_freq, tuple) and train_freq[1] != "step":
+            raise ValueError(
+                f"SeedParallel with stacked updates needs train_freq in steps (the seeds train in lockstep), got "
+                f"{train_freq!r} (pass stacked=False)"
+            )
         self.seeds = seeds
+        self.stacked = stacked
         self.models: list[FlowQAlgorithm] = []
         states = []
         outer_state = global_random_state()
@@ -93,7 +106,7 @@ class SeedParallel:
 
     def pretrain(self, gradient_steps: int | None = None, callbacks: Sequence[Any] | None = None) -> SeedParallel:
         """
-        Every seed's offline phase alone (``pretrain``), stacked.
+        Every seed's offline phase alone (``pretrain``).
 
         :param gradient_steps: Gradient steps per seed (default: what remains of ``offline_gradient_steps``)
         :param callbacks: One callback (or None) per seed
@@ -133,7 +146,7 @@ class SeedParallel:
         return list(values)
 
     def _run(self, tasks: list[Callable[[], Any]]) -> None:
-        group = SeedGroup(self._turns)
+        group = SeedGroup(self._turns, self.stacked)
         for index, model in enumerate(self.models):
             group.join(index, model)
         outer_state = global_random_state()
