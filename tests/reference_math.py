@@ -27,6 +27,13 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
+def gelu_tanh_derivative(x: np.ndarray) -> np.ndarray:
+    """The derivative of :func:`gelu_tanh`: 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) u', u = c (x + 0.044715 x^3)."""
+    c = np.sqrt(2.0 / np.pi)
+    tanh_u = np.tanh(c * (x + 0.044715 * x**3))
+    return 0.5 * (1.0 + tanh_u) + 0.5 * x * (1.0 - tanh_u**2) * c * (1.0 + 3.0 * 0.044715 * x**2)
+
+
 def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
 

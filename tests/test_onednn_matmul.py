@@ -7,7 +7,7 @@ from torch import nn
 
 from qc_sb3.accel import onednn_matmul
 from qc_sb3.accel.compiled_step import compile_unavailable_reason
-from qc_sb3.accel.onednn_matmul import Linear, ensemble_linear, linear, plain_matmuls, uses_onednn
+from qc_sb3.accel.onednn_matmul import Linear, ensemble_linear, linear, member_linear, plain_matmuls, uses_onednn
 
 pytestmark = pytest.mark.skipif(
     not onednn_matmul._HAS_ONEDNN, reason="this PyTorch build has no oneDNN: the layers are addmm / baddbmm"
@@ -84,6 +84,24 @@ def test_ensemble_linear_on_a_shared_input_and_its_gradients_are_the_hand_comput
         assert_close(weights.grad[k], x64.T @ g64[k])
         assert_close(biases.grad[k], g64[k].sum(0))
     assert_close(x.grad, sum(g64[k] @ w64[k].T for k in range(3)))
+
+
+@pytest.mark.parametrize("rows", [onednn_matmul.MIN_ROWS - 1, onednn_matmul.MIN_ROWS + 5])
+def test_member_linear_and_its_gradients_are_the_hand_computed_ones(rows: int):
+    x, weights, biases = tensors((rows, 65), (2, 65, 40), (2, 40), seed=4)
+    grad = th.randn(rows, 40, generator=th.Generator().manual_seed(5))
+    weight, bias = weights.unbind(0)[1], biases.unbind(0)[1]  # one member's views, as an ensemble's layer takes them
+    with th.profiler.profile() as profile:
+        out = member_linear(x, weight, bias)
+        (out * grad).sum().backward()
+    onednn_calls = [event.name for event in profile.events()].count("mkldnn::_linear_pointwise")
+    assert onednn_calls == (3 if rows >= onednn_matmul.MIN_ROWS else 0)  # y, dx, dW
+    x64, w64, g64 = x.detach().double(), weights.detach().double()[1], grad.double()
+    assert_close(out, x64 @ w64 + biases.detach().double()[1])
+    assert_close(x.grad, g64 @ w64.T)
+    assert_close(weights.grad[1], x64.T @ g64)
+    assert_close(biases.grad[1], g64.sum(0))
+    assert bool((weights.grad[0] == 0).all()) and bool((biases.grad[0] == 0).all())
 
 
 def test_plain_matmuls_give_the_same_layers():

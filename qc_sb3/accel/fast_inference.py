@@ -1,5 +1,6 @@
 """
-CPU fast paths of the networks' forward passes without autograd, and the one place that chooses them.
+CPU fast paths of the networks' forward passes without autograd, and the one place that chooses them (and the
+per-member training path of :mod:`qc_sb3.accel.fast_training`).
 
 The modules of :mod:`qc_sb3.common.networks` are the reference (docs/algorithms.md §2, §3), written with plain,
 differentiable PyTorch ops. Acting and the TD target run them without autograd, where three rewrites are faster
@@ -12,7 +13,8 @@ computations):
   :mod:`qc_sb3.accel.onednn_matmul`);
 * the fused Euler sampler: the whole flow integration as one oneDNN call per hidden layer and one matmul per step.
 
-:func:`inference_path` decides which of them a forward pass takes.
+:func:`inference_path` decides which of them a forward pass takes, and with autograd whether an ensemble runs its
+members one after the other.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from qc_sb3.common.networks import LAYER_NORM_EPS
 if TYPE_CHECKING:
     from qc_sb3.common.networks import MLP, EnsembleMLP, FlowVectorField
 
-InferencePath = Literal["plain", "fused", "in_place"]
+InferencePath = Literal["plain", "fused", "in_place", "per_member"]
 
 # gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2 u), 2 u = x (GELU_SCALE + GELU_CUBIC x^2) (docs/algorithms.md §2)
 GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
@@ -42,11 +44,15 @@ def inference_path(
     """
     Which forward pass a network runs on ``x``; every module asks here.
 
-    * ``"plain"``: autograd is on (training needs the differentiable ops), or ``x`` is not on the CPU (a GPU runs
-      PyTorch's fused kernels better than these multi-pass ones), or ``torch.compile`` is tracing (it fuses the
-      plain ops itself and cannot trace the scratch memory), or the network has no hidden layer, or its layers
-      are not Linear -> GELU(tanh) [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
-    * ``"fused"``: on float32 CPU tensors, when PyTorch ships the oneDNN op, each hidden layer is one oneDNN
+    * ``"plain"``: ``x`` is not on the CPU (a GPU runs PyTorch's fused kernels better than these multi-pass ones),
+      or ``torch.compile`` is tracing (it fuses the plain ops itself and cannot trace the scratch memory), or the
+      network has no hidden layer; with autograd on (training needs the differentiable ops), a single network or an
+      ensemble whose layers take the BLAS; with autograd off, a network whose layers are not Linear -> GELU(tanh)
+      [-> LayerNorm] (e.g. the RLPD critic): the reference modules' own code;
+    * ``"per_member"``: with autograd on, an ensemble whose layers take oneDNN's matmul
+      (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`): its members one after the other, differentiable
+      (:func:`~qc_sb3.accel.fast_training.per_member_ensemble_forward`);
+    * ``"fused"``: with autograd off, on float32 CPU tensors, when PyTorch ships the oneDNN op, each hidden layer is one oneDNN
       Linear -> GELU(tanh) call: a single network without LayerNorm (which cannot be fused into the call), or an
       ensemble, member after member, with its LayerNorms in place on each call's output, where oneDNN's matmul
       runs the layers (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`; otherwise the in-place path's batched
@@ -60,8 +66,11 @@ def inference_path(
     :param ensemble: Whether the network is an ensemble of MLPs on a shared input
     :return: The path
     """
-    plain_network = hidden_layers == 0 or not gelu_then_layer_norm
-    if th.is_grad_enabled() or th.compiler.is_compiling() or x.device.type != "cpu" or plain_network:
+    if th.compiler.is_compiling() or x.device.type != "cpu" or hidden_layers == 0:
+        return "plain"
+    if th.is_grad_enabled():
+        return "per_member" if ensemble and uses_onednn(x) else "plain"
+    if not gelu_then_layer_norm:
         return "plain"
     if ensemble and uses_onednn(x):
         return "fused"

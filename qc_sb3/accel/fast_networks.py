@@ -1,7 +1,7 @@
 """
 Fast versions of the plain networks of :mod:`qc_sb3.common.networks`: the same parameters, state dicts and values
-to float32 rounding, with the CPU fast paths of :mod:`qc_sb3.accel.fast_inference` (without autograd) and the
-oneDNN Linear layers of :mod:`qc_sb3.accel.onednn_matmul` (with autograd).
+to float32 rounding, with the CPU fast paths of :mod:`qc_sb3.accel.fast_inference` (without autograd), of
+:mod:`qc_sb3.accel.fast_training` (with autograd) and the oneDNN Linear layers of :mod:`qc_sb3.accel.onednn_matmul`.
 
 :func:`accelerate` swaps them in: it changes the class of each network module of a policy to its fast
 subclass, in place (the parameters stay the same tensors). The tests check each fast module against the plain one
@@ -20,14 +20,21 @@ from torch import nn
 from qc_sb3.accel import fast_inference
 from qc_sb3.accel.compiled_step import run_eagerly_on_cpu, traced_gelu_tanh
 from qc_sb3.accel.fast_inference import InferencePath, inference_path
+from qc_sb3.accel.fast_training import gelu_tanh, per_member_ensemble_forward
 from qc_sb3.accel.onednn_matmul import Linear, ensemble_linear, linear
 from qc_sb3.common.networks import MLP, EnsembleMLP, FlowVectorField, TanhGELU, layer_norm
 
 
 def fast_gelu_tanh(x: th.Tensor) -> th.Tensor:
-    """GELU(tanh) as :class:`~qc_sb3.common.networks.TanhGELU`; compiled code on CPU traces it as a sigmoid."""
-    if th.compiler.is_compiling() and x.device.type == "cpu":
-        return traced_gelu_tanh(x)
+    """
+    GELU(tanh) as :class:`~qc_sb3.common.networks.TanhGELU`: compiled code on CPU traces it as a sigmoid, eager
+    code on CPU in float32 runs :func:`~qc_sb3.accel.fast_training.gelu_tanh`, any other PyTorch's own kernel.
+    """
+    if x.device.type == "cpu":
+        if th.compiler.is_compiling():
+            return traced_gelu_tanh(x)
+        if x.dtype == th.float32:
+            return gelu_tanh(x)
     return F.gelu(x, approximate="tanh")
 
 
@@ -82,6 +89,8 @@ class FastEnsembleMLP(EnsembleMLP):
         if path == "in_place":
             return fast_inference.in_place_ensemble_forward(self, x, weights, biases, scales, offsets)
         activation = fast_gelu_tanh if isinstance(self.activation, TanhGELU) else self.activation
+        if path == "per_member":
+            return per_member_ensemble_forward(x, weights, biases, scales, offsets, activation, self.norm_before_activation)
         h = x.expand(self.n_members, *x.shape)
         for i in range(last):
             h = ensemble_linear(h, weights[i], biases[i])

@@ -132,6 +132,28 @@ class _OneDNNEnsembleLinear(th.autograd.Function):
         return grad_x, grad_weights, grad_biases
 
 
+class _OneDNNMemberLinear(th.autograd.Function):
+    """y = x W + b for one ensemble member's weight W of shape ``(in, out)`` (dx = dy W^T, dW = x^T dy, db = sum dy)."""
+
+    @staticmethod
+    def forward(x: th.Tensor, weight: th.Tensor, bias: th.Tensor) -> th.Tensor:
+        return _matmul_t(x, weight, bias, transpose_b=True)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[th.Tensor, th.Tensor, th.Tensor], output: th.Tensor) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: th.Tensor) -> tuple[th.Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()  # see _OneDNNEnsembleLinear
+        grad_x = _matmul_t(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = _matmul_t(x, grad, transpose_a=True, transpose_b=True) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
 def _check_inner_sizes(x: th.Tensor, in_features: int) -> None:
     """PyTorch's own error for a product of mismatched shapes (oneDNN's names no shape)."""
     if x.shape[-1] != in_features:
@@ -169,6 +191,22 @@ def ensemble_linear(x: th.Tensor, weights: th.Tensor, biases: th.Tensor) -> th.T
         _check_inner_sizes(x, weights.shape[1])
         return _OneDNNEnsembleLinear.apply(x, weights, biases)
     return th.baddbmm(biases.unsqueeze(1), x, weights)
+
+
+def member_linear(x: th.Tensor, weight: th.Tensor, bias: th.Tensor) -> th.Tensor:
+    """
+    One ensemble member's Linear layer, ``x W + b`` (``th.addmm(bias, x, weight)``), on oneDNN's matmul where
+    :func:`uses_onednn`: a member's slice of :func:`ensemble_linear`.
+
+    :param x: Inputs of shape ``(M, in)``
+    :param weight: The member's weight, of shape ``(in, out)``
+    :param bias: The member's bias, of shape ``(out,)``
+    :return: Outputs of shape ``(M, out)``
+    """
+    if uses_onednn(x):
+        _check_inner_sizes(x, weight.shape[0])
+        return _OneDNNMemberLinear.apply(x, weight, bias)
+    return th.addmm(bias, x, weight)
 
 
 class Linear(nn.Linear):
