@@ -19,7 +19,7 @@ class SeedGroupMember(Protocol):
     """A model's place in a group of seeds trained together (:mod:`qc_sb3.seeds`)."""
 
     def gradient_step(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
-        """The model's update on its batch, as its group runs it; returns its detached losses."""
+        """The model's update on its batch, run stacked with the other seeds'; returns its detached losses."""
 
     def parameters(self) -> dict[str, Any] | None:
         """The model's own policy and optimizer states while the group holds them (None otherwise)."""
@@ -76,12 +76,8 @@ class GradientUpdateMixin(OffPolicyAlgorithm):
         :return: The losses of :meth:`_losses`, detached
         """
         batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
-        if self._seed_group_member is not None:  # seeds in one process: the group runs the step (qc_sb3.seeds)
+        if self._seed_group_member is not None:  # seeds in one process: one stacked update for all of them
             return self._seed_group_member.gradient_step(batch)
-        return self._own_update(batch)
-
-    def _own_update(self, batch: ChunkReplayBufferSamples) -> dict[str, th.Tensor]:
-        """The model's own update on a batch (:meth:`_update`, or its CUDA graph with ``compile_step=True``)."""
         return self._update(batch) if self._update_graph is None else self._update_graph(batch)
 
     def get_parameters(self) -> dict[str, dict]:

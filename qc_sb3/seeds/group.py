@@ -1,4 +1,4 @@
-"""Where the seeds of a group take their gradient steps: one stacked update for all of them, or each its own."""
+"""Seeds in lockstep: each seed's gradient step waits for the others', and one stacked update serves them all."""
 
 from __future__ import annotations
 
@@ -12,44 +12,22 @@ from qc_sb3.seeds.stacked_update import StackedUpdate
 from qc_sb3.seeds.turns import SeedGroupError, SeedTurns
 
 
-def stacks_updates(device: th.device) -> bool:
-    """
-    Whether a group of seeds on ``device`` stacks its updates by default: on a GPU, where one small update leaves the
-    device idle; not on a CPU, where the stacked update runs without the fast paths of :mod:`qc_sb3.accel` and is
-    slower per seed than each seed's own update (docs/guides/seeds.md; ``python -m qc_sb3.benchmarks.speed --seeds``).
-
-    :param device: The models' device
-    :return: True on CUDA
-    """
-    return device.type == "cuda"
-
-
 class SeedGroup:
     """
-    Where S seeds' gradient steps run. Each seed runs in its own thread of a :class:`SeedTurns`, one at a time.
-
-    Stacked (``stacked=True``): a seed that reaches a gradient step draws its noise (from its own generators),
-    leaves its batch and noise here and yields its turn; the seed that completes the set runs the
-    :class:`StackedUpdate` for all of them (built at the first step, once every seed's model exists), and each seed
-    goes on with its own losses. Seeds must reach their steps in lockstep (the same number of updates): one that
-    finishes or falls behind stops the group with an error.
-
-    Not stacked: a seed runs its model's own update (its fast paths, its own generators: what it computes alone)
-    and yields its turn, so the seeds advance together, step by step; one that finishes early leaves the others
-    going.
+    The meeting point of S seeds' gradient steps. Each seed runs in its own thread of a :class:`SeedTurns`; a seed
+    that reaches a gradient step draws its noise (from its own generators), leaves its batch and noise here and
+    yields its turn; the seed that completes the set runs the :class:`StackedUpdate` for all of them (built at the
+    first step, once every seed's model exists), and each seed goes on with its own losses. Seeds must reach their
+    steps in lockstep (the same number of updates): one that finishes or falls behind stops the group with an error.
 
     :param turns: The seeds' threads
-    :param stacked: Stack the updates; None: :func:`stacks_updates` of the device of the first model to join
     """
 
-    def __init__(self, turns: SeedTurns, stacked: bool | None = None):
+    def __init__(self, turns: SeedTurns):
         self.turns = turns
         self.n_seeds = turns.n_seeds
-        self.stacked = stacked
         self.models: list[FlowQAlgorithm | None] = [None] * self.n_seeds
         self.update: StackedUpdate | None = None
-        self._segment_holder: FlowQAlgorithm | None = None
-        self._stepped = [False] * self.n_seeds
         self._requests: list[tuple[Any, dict[str, th.Tensor]] | None] = [None] * self.n_seeds
         self._results: list[dict[str, th.Tensor] | None] = [None] * self.n_seeds
 
@@ -62,8 +40,6 @@ class SeedGroup:
         """
         if not isinstance(model, FlowQAlgorithm):
             raise TypeError(f"seeds in one process train QC or QC-FQL models, got {type(model).__name__}")
-        if self.stacked is None:
-            self.stacked = stacks_updates(model.device)
         self.models[index] = model
         model._seed_group_member = _Member(self, index)
 
@@ -78,7 +54,7 @@ class SeedGroup:
 
     def gradient_step(self, index: int, batch: Any) -> dict[str, th.Tensor]:
         """
-        Seed ``index``'s gradient step on its batch: stacked with every other seed's, or its own.
+        Seed ``index``'s gradient step on its batch, run with every other seed's.
 
         :param index: The seed's position
         :param batch: Its batch of chunk windows
@@ -87,8 +63,6 @@ class SeedGroup:
         """
         model = self.models[index]
         assert model is not None
-        if not self.stacked:
-            return self._own_step(index, model, batch)
         self._requests[index] = (batch, model.step_noise(batch.observations.shape[0]))
         if all(request is not None for request in self._requests):
             self._run_update()
@@ -101,18 +75,6 @@ class SeedGroup:
                 )
             self.turns.yield_turn(index)
         result, self._results[index] = self._results[index], None
-        return result
-
-    def _own_step(self, index: int, model: FlowQAlgorithm, batch: Any) -> dict[str, th.Tensor]:
-        """Seed ``index``'s own update, then the next seed's turn; the seeds' offline segments shared at the first."""
-        if not self._stepped[index]:
-            self._stepped[index] = True
-            if self._segment_holder is None:
-                self._segment_holder = model
-            else:
-                share_offline_segment([self._segment_holder, model])
-        result = model._own_update(batch)
-        self.turns.yield_turn(index)
         return result
 
     def seed_parameters(self, index: int) -> dict[str, Any] | None:
