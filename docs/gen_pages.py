@@ -72,7 +72,7 @@ CONFIRM_INTRODUCTION = (
 )
 SPEED = ROOT / "results" / "speed"
 # Logs the speed page shows whole, beside the step-time tables (of the others it shows the header line).
-WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "seed-steps-small.txt")
+WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "seed-steps.txt")
 LOG_NOTES = {
     "against-sac.txt": "Stable-Baselines3's SAC against qc_sb3's cheapest settings at the same widths, env steps per "
     "second of `learn()` with one gradient step per env step: RLPD with K = 2 critics and h = 1 is SAC plus the "
@@ -82,12 +82,12 @@ LOG_NOTES = {
 }
 SEED_STEPS_NOTE = (
     "Seeds on one machine (`--seeds`): seed-steps per second (gradient steps per second times the seeds) of every "
-    "way of training S seeds on the machine, one process holding a `SeedParallel` of S or two one-thread processes "
-    "of S / 2 each, against the reference's best single-seed figure in the same command (one process at the "
-    "machine's threads, or two one-thread processes summed). The cost per 1000 offline gradient steps per seed of "
-    "the paper's methods at 2 x 256 is in `results/speed/seeds-cost.csv`."
+    "way of training S seeds on the machine, one process holding a `SeedParallel` of S (its updates stacked, or its "
+    "seeds one after another) or two one-thread processes of S / 2 each, against the reference's best single-seed "
+    "figure in the same command (one process at the machine's threads, or two one-thread processes summed). The "
+    "cost per 1000 offline gradient steps per seed of the paper's methods is in `results/speed/seeds-cost.csv`."
 )
-LOG_NOTES["seed-steps-small.txt"] = SEED_STEPS_NOTE
+LOG_NOTES["seed-steps.txt"] = SEED_STEPS_NOTE
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
 RUN_RECORD = "\n## Run record\n"

@@ -1,6 +1,6 @@
 """Seeds in one process (execution.seeds_per_process): the same run folders as separate runs, resumable, refused where
 the algorithm cannot stack its seeds. The runner stacks a group's updates on a GPU (qc_sb3.seeds.group.stacks_updates);
-these tests run that path on the CPU, and one test the CPU's own (each seed's own update, in turn)."""
+these tests run that path on the CPU, and one test the CPU's own (a job's runs one after another)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import torch as th
 
 from qc_sb3.benchmarks.run import run_benchmark
+from qc_sb3.benchmarks.runner import seed_groups
 from qc_sb3.benchmarks.runner.config import ConfigError, load_config
 from qc_sb3.benchmarks.runner.datasets import prepare_datasets
 from qc_sb3.benchmarks.runner.planning import plan_runs
 from qc_sb3.benchmarks.runner.seed_groups import execute_together, plan_jobs
-from qc_sb3.seeds import group as group_module
 from qc_sb3.seeds.group import stacks_updates
 from qc_sb3.seeds.stacked_update import StackedUpdate
 
@@ -69,7 +69,7 @@ def stats(run_dir: Path) -> list[tuple[str, str, str, float]]:
 def stacked_as_on_a_gpu():
     """Groups stack their updates, as they do on a GPU."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(group_module, "stacks_updates", lambda device: True)
+        patch.setattr(seed_groups, "stacks_updates", lambda device: True)
         yield
 
 
@@ -128,15 +128,15 @@ def test_seeds_in_one_process_write_the_runs_that_separate_processes_write(separ
     assert not all(th.equal(first[name], second[name]) for name in first)
 
 
-def test_on_the_cpu_seeds_in_one_process_take_their_own_updates_in_turn(tmp_path, separate_and_grouped, monkeypatch):
+def test_on_the_cpu_seeds_in_one_process_run_one_after_another(tmp_path, separate_and_grouped, monkeypatch):
     separate, _ = separate_and_grouped
-    monkeypatch.setattr(group_module, "stacks_updates", stacks_updates)
+    monkeypatch.setattr(seed_groups, "stacks_updates", stacks_updates)
     calls = count_stacked_steps(monkeypatch)
     config = write_config(tmp_path / "toy.yaml", grouped_config(3))
     summaries = run_benchmark(config, out=tmp_path / "results", workers=0, report=False)
     assert [summary["status"] for summary in summaries] == ["done"] * 3
     assert calls[0] == 0
-    # Each seed's own update: the runs of separate processes, bit for bit.
+    # Each run as it runs alone: the runs of separate processes, bit for bit.
     for together, alone in zip(run_dirs(tmp_path / "results"), run_dirs(separate), strict=True):
         assert read_rows(together) == read_rows(alone)
         mine, theirs = final_parameters(together), final_parameters(alone)

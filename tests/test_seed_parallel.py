@@ -1,4 +1,4 @@
-"""Seeds in one process: S seeds, their updates stacked or in turn, against S models trained alone (qc_sb3.seeds)."""
+"""Seeds in one process: S seeds, stacked or one after another, against S models trained alone (qc_sb3.seeds)."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def test_stacked_seeds_are_the_seeds_trained_alone(algorithm):
 
 
 @pytest.mark.parametrize("algorithm", [QCFQL, QC])
-def test_seeds_in_turn_are_exactly_the_seeds_trained_alone(algorithm):
-    # Each seed runs its model's own update: bit-identical to the model alone, so a few steps of each phase suffice.
+def test_seeds_one_after_another_are_exactly_the_seeds_trained_alone(algorithm):
+    # Each seed runs its model's own learn(): bit-identical to the model alone, so a few steps of each phase suffice.
     group, group_steps = together(algorithm, online_steps=30, stacked=False, offline_steps=30)
     for index, seed in enumerate(SEEDS):
         model, steps = alone(algorithm, seed, online_steps=30, offline_steps=30)
@@ -114,7 +114,7 @@ def test_seeds_stack_their_updates_on_a_gpu_only_unless_told(monkeypatch):
     built = []
     monkeypatch.setattr(group_module, "StackedUpdate", lambda models: built.append(models) or StackedUpdate(models))
     SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), **settings(QCFQL)).pretrain(2)
-    assert built == []  # on the CPU, each seed's own update
+    assert built == []  # on the CPU, one seed after another
     SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=True, **settings(QCFQL)).pretrain(2)
     assert len(built) == 1 and len(built[0]) == 2
     with pytest.raises(TypeError, match="stacked"):
@@ -192,7 +192,7 @@ def test_a_seed_stopping_early_stops_stacked_seeds_with_a_message():
         group.learn(10, callbacks=[None, StopAt(5)])
 
 
-def test_a_seed_stopping_early_leaves_seeds_in_turn_going():
+def test_a_seed_stopping_early_leaves_the_others_going_one_after_another():
     group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=False, **settings(QCFQL))
     group.learn(10, callbacks=[None, StopAt(5)])
     first, second = group.models
@@ -213,7 +213,7 @@ def test_unsupported_settings_are_refused_by_name(kwargs, error, message):
         SeedParallel(QCFQL, lambda seed: PointReachEnv(), SEEDS, stacked=True, **{**settings(QCFQL), **kwargs})
 
 
-def test_seeds_in_turn_take_what_each_model_takes_alone():
+def test_seeds_one_after_another_take_what_each_model_takes_alone():
     kwargs = {**settings(QCFQL), "compile_step": True, "train_freq": (1, "episode")}
     group = SeedParallel(QCFQL, lambda seed: PointReachEnv(), (0, 1), stacked=False, **kwargs)
     assert all(model.compile_step for model in group.models)

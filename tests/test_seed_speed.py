@@ -60,7 +60,7 @@ def test_lines_compare_the_best_arrangement_with_the_reference_best_and_price_a_
         ("FQL", "best S", 1, 10.0),
     ]
     assert rows[1]["core_s_per_1k_steps_per_seed"] == 25.0
-    assert rows[1]["arrangement"] == "2 processes at 1 thread each, SeedParallel of 2 in turn each"
+    assert rows[1]["arrangement"] == "2 processes at 1 thread each, SeedParallel of 2 one after another each"
 
 
 def test_the_tool_times_every_arrangement_in_a_tiny_configuration(tmp_path):
@@ -74,7 +74,7 @@ def test_the_tool_times_every_arrangement_in_a_tiny_configuration(tmp_path):
         reference=lambda config, method: reference,
     )
     arrangements = lines[3 : lines.index(next(line for line in lines if line.startswith("reference ")))]
-    # an ordinary model, SeedParallel of 1 stacked, of 2 stacked and in turn, two processes of one each
+    # an ordinary model, SeedParallel of 1 stacked, of 2 stacked and one after another, two processes of one each
     assert len(arrangements) == 5
     parsed = [LINE.fullmatch(line) for line in lines if line.startswith("seed-steps/s")]
     assert [match.group(3) for match in parsed] == ["1", "2"]
@@ -87,7 +87,7 @@ def test_the_tool_times_every_arrangement_in_a_tiny_configuration(tmp_path):
     threads = th.get_num_threads()  # what the tool found (an earlier test may have set it)
     two = max(
         by_arrangement[f"1 process at {threads} threads, SeedParallel of 2 stacked"],
-        by_arrangement[f"1 process at {threads} threads, SeedParallel of 2 in turn"],
+        by_arrangement[f"1 process at {threads} threads, SeedParallel of 2 one after another"],
         by_arrangement["2 processes at 1 thread each, an ordinary model each"],
     )
     assert float(parsed[1].group(4)) == pytest.approx(two, abs=0.006)

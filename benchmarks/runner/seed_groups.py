@@ -5,9 +5,10 @@ and method are taken S at a time, in seed order, and each such job runs in one p
 :func:`~qc_sb3.benchmarks.runner.runs.execute_run` in a thread of its own, the threads taking turns
 (:class:`~qc_sb3.seeds.turns.SeedTurns`: one at a time, each with its own global random generators), and each run's
 model, once built or restored, joins a :class:`~qc_sb3.seeds.group.SeedGroup`, which runs the runs' gradient steps as
-one stacked update on a GPU and each run's own in its turn on a CPU. Every run writes its own folder exactly as it
-would alone (config, evaluations, checkpoints, training statistics, progress, ``DONE``); its results are those of the
-run alone (to float32 rounding where stacked).
+one stacked update. Every run writes its own folder exactly as it would alone (config, evaluations, checkpoints,
+training statistics, progress, ``DONE``); its results are those of the run alone to float32 rounding. That is on a
+GPU; on a CPU, where the stacked update is slower per seed (:func:`~qc_sb3.seeds.group.stacks_updates`), a job's runs
+execute one after another in its process, each as it would alone.
 
 Which runs of a job train together is decided when the job starts, from where each run stands:
 
@@ -30,13 +31,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from stable_baselines3.common.utils import get_device
+
 from qc_sb3.benchmarks.runner.checkpoints import latest_checkpoint
 from qc_sb3.benchmarks.runner.group_membership import group_member
 from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.paths import check_run_paths
 from qc_sb3.benchmarks.runner.runs import RunHook, check_run_folder, execute_run, execute_run_safely, is_done
 from qc_sb3.benchmarks.runner.specs import RunSpec
-from qc_sb3.seeds.group import SeedGroup
+from qc_sb3.seeds.group import SeedGroup, stacks_updates
 from qc_sb3.seeds.turns import SeedTurns
 
 # Where a run stands before any checkpoint.
@@ -62,13 +65,16 @@ def plan_jobs(runs: Sequence[RunSpec]) -> list[list[RunSpec]]:
 
 def execute_job_safely(job: Sequence[RunSpec]) -> list[dict[str, Any]]:
     """
-    One job of :func:`plan_jobs`: a run alone (:func:`~qc_sb3.benchmarks.runner.runs.execute_run_safely`), or runs
-    together (:func:`execute_together`); failures are reported in the summaries, never raised.
+    One job of :func:`plan_jobs`: its runs together (:func:`execute_together`) where they stack their updates (on
+    a GPU), else each alone (:func:`~qc_sb3.benchmarks.runner.runs.execute_run_safely`), one after another; failures
+    are reported in the summaries, never raised.
 
     :param job: The runs
     :return: Their summaries, in order
     """
-    return [execute_run_safely(job[0])] if len(job) == 1 else execute_together(job)
+    if len(job) > 1 and stacks_updates(get_device(job[0].device)):
+        return execute_together(job)
+    return [execute_run_safely(run) for run in job]
 
 
 def execute_together(runs: Sequence[RunSpec], hook: RunHook | None = None) -> list[dict[str, Any]]:

@@ -10,15 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# How S seeds share the machine: one process at the machine's threads holding them (their updates stacked, or
-# each seed's own in turn), or two processes at one thread each (pinned to a core each), S / 2 seeds each, in turn;
-# a process with one seed trains an ordinary model.
-ONE_PROCESS, ONE_PROCESS_STACKED, ONE_PROCESS_IN_TURN = "1 process", "1 process, stacked", "1 process, in turn"
+# How S seeds share the machine: one process at the machine's threads holding them (their updates stacked, or the
+# seeds one after another), or two processes at one thread each (pinned to a core each), S / 2 seeds each, one after
+# another; a process with one seed trains an ordinary model.
+ONE_PROCESS, ONE_PROCESS_STACKED, ONE_PROCESS_SEQUENTIAL = "1 process", "1 process, stacked", "1 process, sequential"
 TWO_PROCESSES = "2 processes"
 ARRANGEMENT_TEXT = {
     ONE_PROCESS: "1 process at {threads} threads, an ordinary model",
     ONE_PROCESS_STACKED: "1 process at {threads} threads, SeedParallel of {S} stacked",
-    ONE_PROCESS_IN_TURN: "1 process at {threads} threads, SeedParallel of {S} in turn",
+    ONE_PROCESS_SEQUENTIAL: "1 process at {threads} threads, SeedParallel of {S} one after another",
     TWO_PROCESSES: "2 processes at 1 thread each, {half} each",
 }
 
@@ -52,7 +52,7 @@ def arrangement_text(arrangement: str, n_seeds: int, threads: int) -> str:
     """The arrangement of ``n_seeds`` seeds in words (two processes hold ``n_seeds // 2`` seeds each)."""
     half = n_seeds // 2
     return ARRANGEMENT_TEXT[arrangement].format(
-        threads=threads, S=n_seeds, half="an ordinary model" if half == 1 else f"SeedParallel of {half} in turn"
+        threads=threads, S=n_seeds, half="an ordinary model" if half == 1 else f"SeedParallel of {half} one after another"
     )
 
 

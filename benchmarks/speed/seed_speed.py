@@ -3,10 +3,10 @@
 Run: ``python -m qc_sb3.benchmarks.speed --seeds 1 2 4 8 [--configs small default] [--methods QC QCFQL] [--rounds 5]
 [--repeats 10] [--cost-csv FILE]`` with the reference options of :mod:`qc_sb3.benchmarks.speed.step_speed`. For each
 configuration, method and S, every way of training S seeds on the machine is timed: one process at the machine's
-threads holding them (:class:`~qc_sb3.seeds.SeedParallel` of S, its updates stacked, and for S > 1 also each seed's
-own update in turn; for S = 1 also an ordinary model), and, for an even S on a CPU with two cores or more, two
+threads holding them (:class:`~qc_sb3.seeds.SeedParallel` of S, its updates stacked, and for S > 1 also its seeds
+one after another; for S = 1 also an ordinary model), and, for an even S on a CPU with two cores or more, two
 processes at one thread each, each pinned to a core of its own and holding S / 2 (an ordinary model where that is
-one, else a SeedParallel in turn). A timed block is one ``pretrain(--repeats)`` call (offline gradient
+one, else a SeedParallel of its seeds one after another). A timed block is one ``pretrain(--repeats)`` call (offline gradient
 steps, the group's stacking and release included) after one untimed step; the rounds take turns as the step-time
 benchmark's do, a plain matmul timed in them. A process's seed-steps per second are its seeds times its gradient
 steps per second (the median block's); two processes' are the sum of theirs, timed at the same time.
@@ -40,7 +40,7 @@ from stable_baselines3.common.logger import configure
 from qc_sb3.benchmarks.runner.methods import METHODS as PAPER_METHODS
 from qc_sb3.benchmarks.speed.seed_report import (
     ONE_PROCESS,
-    ONE_PROCESS_IN_TURN,
+    ONE_PROCESS_SEQUENTIAL,
     ONE_PROCESS_STACKED,
     TWO_PROCESSES,
     Reference,
@@ -102,7 +102,8 @@ def make_trainer(
     :param method: A name of :data:`RUNNER_NAMES`
     :param config: One of :data:`~qc_sb3.benchmarks.speed.step_speed.CONFIGS` (or one like it)
     :param n_seeds: Seeds: ``first_seed``, ``first_seed + 1``, ...
-    :param stacked: A SeedParallel group with its updates stacked (True) or in turn (False); None: an ordinary model
+    :param stacked: A SeedParallel, its updates stacked (True) or its seeds one after another (False); None: an
+        ordinary model
     :param dataset: The offline data
     :param device: The device
     :param first_seed: The first seed
@@ -206,7 +207,7 @@ def arrangements(seeds: Sequence[int], two_processes: bool) -> list[tuple[int, s
             keys.append((1, ONE_PROCESS))
         keys.append((n_seeds, ONE_PROCESS_STACKED))
         if n_seeds > 1:
-            keys.append((n_seeds, ONE_PROCESS_IN_TURN))
+            keys.append((n_seeds, ONE_PROCESS_SEQUENTIAL))
         if two_processes and n_seeds % 2 == 0:
             keys.append((n_seeds, TWO_PROCESSES))
     return keys
@@ -276,7 +277,7 @@ def run(
     two_processes = th.device(device).type == "cpu" and len(os.sched_getaffinity(0)) >= 2
     dataset = random_dataset()
     keys: list[Key] = [(c, m, s, a) for c in configs for m in methods for s, a in arrangements(seeds, two_processes)]
-    group_kind = {ONE_PROCESS: None, ONE_PROCESS_STACKED: True, ONE_PROCESS_IN_TURN: False}
+    group_kind = {ONE_PROCESS: None, ONE_PROCESS_STACKED: True, ONE_PROCESS_SEQUENTIAL: False}
     trainers = {
         key: make_trainer(key[1], configs[key[0]], key[2], group_kind[key[3]], dataset, device)
         for key in keys

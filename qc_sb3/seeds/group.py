@@ -12,6 +12,19 @@ from qc_sb3.seeds.stacked_update import StackedUpdate
 from qc_sb3.seeds.turns import SeedGroupError, SeedTurns
 
 
+def stacks_updates(device: th.device) -> bool:
+    """
+    Whether seeds trained together on ``device`` stack their updates by default: on a GPU, where one small update
+    leaves the device idle. On a CPU they train one after another instead, each its model's own update: the stacked
+    update runs without the CPU fast paths of :mod:`qc_sb3.accel`, and is slower per seed there
+    (docs/guides/seeds.md, ``python -m qc_sb3.benchmarks.speed --seeds``).
+
+    :param device: The models' device
+    :return: True on CUDA
+    """
+    return device.type == "cuda"
+
+
 class SeedGroup:
     """
     The meeting point of S seeds' gradient steps. Each seed runs in its own thread of a :class:`SeedTurns`; a seed

@@ -1,4 +1,4 @@
-"""SeedParallel: S seeds of QC or QC-FQL trained in one process, their updates stacked or in turn (docs/guides/seeds.md)."""
+"""SeedParallel: S seeds of QC or QC-FQL trained in one process, stacked or one after another (docs/guides/seeds.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import get_device
 
 from qc_sb3.common.flow_q import FlowQAlgorithm
-from qc_sb3.seeds.group import SeedGroup, stacks_updates
+from qc_sb3.seeds.group import SeedGroup, share_offline_segment, stacks_updates
 from qc_sb3.seeds.turns import SeedTurns, global_random_state, set_global_random_state
 
 # Constructor arguments SeedParallel sets itself, per seed.
@@ -23,11 +23,11 @@ class SeedParallel:
     """
     S independent seeds of one algorithm (QC or QC-FQL, and the BFN / FQL / ``-n`` variants, which are their flags)
     in one process: each seed is an ordinary model, built from its own seed (its own initialisation, random
-    streams, env, online replay ring and optimizer states). The seeds take turns, step by step; their gradient steps
-    run as one stacked update (:class:`~qc_sb3.seeds.stacked_update.StackedUpdate`; a seed's results are those of
-    its model trained alone, to float32 rounding) or each as its model's own update (exactly its results alone).
-    Offline data is read once per seed and, from the first gradient step on, held once: the seeds' buffers share one
-    offline segment.
+    streams, env, online replay ring and optimizer states). Stacked, the seeds take turns step by step and their
+    gradient steps run as one update (:class:`~qc_sb3.seeds.stacked_update.StackedUpdate`; a seed's results are
+    those of its model trained alone, to float32 rounding). Otherwise the seeds train one after another, each its
+    model's own ``learn()`` with its own random streams (exactly its results alone). Offline data is read once per
+    seed and then held once: the seeds' buffers share one offline segment.
 
     Refused with stacked updates, which run eagerly and in lockstep: ``compile_step=True``, ``train_freq`` in
     episodes (the seeds' updates would fall at different times), and callbacks that stop one seed early.
@@ -36,8 +36,8 @@ class SeedParallel:
     :param env_factory: Makes seed ``s``'s env: ``env_factory(s)``
     :param seeds: The seeds, one model each
     :param policy: The policy, as the algorithm takes it (``"MlpPolicy"``)
-    :param stacked: Stack the seeds' updates; None: on a GPU, not on a CPU (the measured choice,
-        :func:`~qc_sb3.seeds.group.stacks_updates`)
+    :param stacked: Stack the seeds' updates, else train them one after another; None: stacked on a GPU, one after
+        another on a CPU (the measured choice, :func:`~qc_sb3.seeds.group.stacks_updates`)
     :param kwargs: The algorithm's other constructor arguments, the same for every seed
     """
 
@@ -80,6 +80,7 @@ class SeedParallel:
             self.models.append(algorithm(policy, env_factory(seed), seed=seed, **kwargs))
             states.append(global_random_state())  # where a process of its own would stand after building it
         set_global_random_state(outer_state)
+        share_offline_segment(self.models)
         self._turns = SeedTurns(states)
 
     def learn(
@@ -146,10 +147,16 @@ class SeedParallel:
         return list(values)
 
     def _run(self, tasks: list[Callable[[], Any]]) -> None:
-        group = SeedGroup(self._turns, self.stacked)
+        outer_state = global_random_state()
+        if not self.stacked:
+            try:
+                self._turns.run_one_after_another(tasks)
+            finally:
+                set_global_random_state(outer_state)
+            return
+        group = SeedGroup(self._turns)
         for index, model in enumerate(self.models):
             group.join(index, model)
-        outer_state = global_random_state()
         try:
             self._turns.run(tasks)
         finally:

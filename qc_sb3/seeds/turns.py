@@ -86,6 +86,27 @@ class SeedTurns:
             raise self._error
         return results
 
+    def run_one_after_another(self, tasks: Sequence[Callable[[], T]]) -> list[T]:
+        """
+        Run ``tasks[i]`` in this thread, seed 0 first, each to its end with the global random generators of its seed
+        (those the seed stood at are kept for its next task). A task that raises stops the others.
+
+        :param tasks: One callable per seed
+        :return: Their results, in seed order
+        """
+        if len(tasks) != self.n_seeds:
+            raise ValueError(f"expected {self.n_seeds} tasks, one per seed, got {len(tasks)}")
+        results = []
+        for index, task in enumerate(tasks):
+            state = self.random_states[index]
+            if state is not None:
+                set_global_random_state(state)
+            try:
+                results.append(task())
+            finally:
+                self.random_states[index] = global_random_state()
+        return results
+
     def is_finished(self, index: int) -> bool:
         """Whether seed ``index``'s task has returned or raised."""
         return self._finished[index]
