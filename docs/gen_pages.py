@@ -18,6 +18,7 @@ REPORTS = {
     "Quickstart on five seeds": ROOT / "results" / "quickstart-seeds" / "report",
     "Chunk execution": ROOT / "results" / "chunk-execution" / "report",
     "Image check": ROOT / "results" / "image-check" / "report",
+    "Tasks pilot": ROOT / "results" / "tasks-pilot" / "report",
 }
 INTRODUCTIONS = {
     "Evidence runs": "Two parts, both on OGBench's cube-single task 1 from play data generated here; protocol and "
@@ -63,6 +64,13 @@ INTRODUCTIONS = {
     "read it: every seed ends the online phase above its own offline end (0.78 to 0.98 on average), so the image "
     "path learns, offline and online. It is a check of the plumbing at a size a CPU runs in minutes, not evidence on "
     "the paper's visual tasks, whose runs train convolutional encoders on 1M frames and need a GPU.",
+    "Tasks pilot": "Where does QC's lead over BFN (the same method without chunks) appear on the paper's own "
+    "tasks? The pilot runs in slices that finish within one session (`results/tasks-pilot/README.md`). The first, "
+    "robomimic lift from 300 scripted demonstrations (`benchmarks/configs/evidence-tasks-pilot-lift.yaml`: 2 x 256, "
+    "QC with N = 8, two seeds each, 30k offline steps), puts both methods at the ceiling from the first evaluation "
+    "(0.90 to 1.00 at every 5k): lift from scripted demonstrations is too easy to separate them, where the paper's "
+    "multi-human files mix in worse operators' demos. The paper's column is its value at 100k steps, its first "
+    "evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",

@@ -1,7 +1,7 @@
 """The README's "Results" are the committed evidence: its tables are the committed report's, the report's numbers are
-those of its curves, the report rebuilds from the committed run files alone (``results/evidence``), and its lines on
-the fresh-seed comparison with the reference are what ``qc_sb3.benchmarks.reports.compare`` computes from those runs
-(``results/diagnosis/confirm``)."""
+those of its curves, the report rebuilds from the committed run files alone (``results/evidence``, and so does the
+tasks pilot's in ``results/tasks-pilot``), and its lines on the fresh-seed comparison with the reference are what
+``qc_sb3.benchmarks.reports.compare`` computes from those runs (``results/diagnosis/confirm``)."""
 
 from __future__ import annotations
 
@@ -60,16 +60,18 @@ def test_the_report_tables_are_the_committed_curves():
             assert row.seeds == point["n_seeds"].iloc[0]
 
 
-def test_the_report_rebuilds_from_the_committed_runs(tmp_path):
-    out = write_report(EVIDENCE, tmp_path / "report", finished_only=True)
-    committed = (REPORT / "summary.md").read_text(encoding="utf-8").splitlines()
+@pytest.mark.parametrize("results", [EVIDENCE, ROOT / "results" / "tasks-pilot"], ids=lambda path: path.name)
+def test_the_report_rebuilds_from_the_committed_runs(tmp_path, results):
+    report = results / "report"
+    out = write_report(results, tmp_path / "report", finished_only=True)
+    committed = (report / "summary.md").read_text(encoding="utf-8").splitlines()
     rebuilt = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     assert rebuilt[1:] == committed[1:]  # the first line names the folder the report was written from
-    tables = sorted(path.relative_to(REPORT) for path in REPORT.rglob("*.csv"))
+    tables = sorted(path.relative_to(report) for path in report.rglob("*.csv"))
     assert tables == sorted(path.relative_to(out) for path in out.rglob("*.csv"))
     for name in tables:
-        pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(REPORT / name))
-    plots = sorted(path.relative_to(REPORT) for path in REPORT.rglob("*.png"))
+        pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(report / name))
+    plots = sorted(path.relative_to(report) for path in report.rglob("*.png"))
     assert plots and plots == sorted(path.relative_to(out) for path in out.rglob("*.png"))
 
 
