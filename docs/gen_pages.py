@@ -69,8 +69,10 @@ INTRODUCTIONS = {
     "robomimic lift from 300 scripted demonstrations (`benchmarks/configs/evidence-tasks-pilot-lift.yaml`: 2 x 256, "
     "QC with N = 8, two seeds each, 30k offline steps), puts both methods at the ceiling from the first evaluation "
     "(0.90 to 1.00 at every 5k): lift from scripted demonstrations is too easy to separate them, where the paper's "
-    "multi-human files mix in worse operators' demos. The paper's column is its value at 100k steps, its first "
-    "evaluation.",
+    "multi-human files mix in worse operators' demos. The second, can (`evidence-tasks-pilot-can.yaml`, seed 0 "
+    "of each), separates them: BFN 0.65, QC 0.40 at 30k steps, both still climbing; the paper has no QC lead on can "
+    "either (QC 0.47, BFN 0.55 at 100k; its leader there is QC-FQL). The paper's column is its value at 100k steps, "
+    "its first evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
