@@ -71,8 +71,11 @@ INTRODUCTIONS = {
     "(0.90 to 1.00 at every 5k): lift from scripted demonstrations is too easy to separate them, where the paper's "
     "multi-human files mix in worse operators' demos. The second, can (`evidence-tasks-pilot-can.yaml`, seed 0 "
     "of each), separates them: BFN 0.65, QC 0.40 at 30k steps, both still climbing; the paper has no QC lead on can "
-    "either (QC 0.47, BFN 0.55 at 100k; its leader there is QC-FQL). The paper's column is its value at 100k steps, "
-    "its first evaluation.",
+    "either (QC 0.47, BFN 0.55 at 100k; its leader there is QC-FQL). The third, puzzle-3x3 task 2 from 1M generated "
+    "transitions (`evidence-tasks-pilot-puzzle.yaml`, seed 0 of each, 50k steps), has both methods at 0/20 at every "
+    "evaluation, with both critics still falling toward the sparse reward's floor: it needs at least the paper's "
+    "100k steps, and the reference side by side on the same data, before it says anything about the ordering. The "
+    "paper's column is its value at 100k steps, its first evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
