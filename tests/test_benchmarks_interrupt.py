@@ -18,6 +18,10 @@ from test_benchmarks_toys import toy_config, write_config
 
 REPOSITORY = Path(__file__).parents[1]
 TESTS = Path(__file__).parent
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 RUNNER = (
     "import sys; from test_benchmarks_toys import register_toy_suite; register_toy_suite(); "
     "from qc_sb3.benchmarks.run import main; sys.exit(main(sys.argv[1:]))"
@@ -50,7 +54,16 @@ def test_ctrl_c_stops_the_runner_and_its_workers_and_says_how_to_resume(tmp_path
     arguments = [str(config), "--out", str(out), "--workers", str(workers), "--no-report"]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPOSITORY), str(TESTS)]), "COLUMNS": "300"}
     command = [sys.executable, "-c", RUNNER, *arguments]
-    runner = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A shell without job control starts background jobs with SIGINT ignored, and children inherit that; restore
+    # the default so that the runner sees Ctrl+C however the test suite was started.
+    runner = subprocess.Popen(
+        command,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     run_dir = out / "point-reach" / "QC" / "seed0"
     try:
         wait_for((run_dir / "checkpoints" / "latest.json").exists, 60, "the run's first checkpoint")
