@@ -65,7 +65,8 @@ INTRODUCTIONS = {
     "path learns, offline and online. It is a check of the plumbing at a size a CPU runs in minutes, not evidence on "
     "the paper's visual tasks, whose runs train convolutional encoders on 1M frames and need a GPU.",
     "Tasks pilot": "Where does QC's lead over BFN (the same method without chunks) appear on the paper's own "
-    "tasks? The pilot runs in slices that finish within one session (`results/tasks-pilot/README.md`). The first, "
+    "tasks? The pilot runs in slices that each finish within a few hours on two cores "
+    "(`results/tasks-pilot/README.md`). The first, "
     "robomimic lift from 300 scripted demonstrations (`benchmarks/configs/evidence-tasks-pilot-lift.yaml`: 2 x 256, "
     "QC with N = 8, two seeds each, 30k offline steps), puts both methods at the ceiling from the first evaluation "
     "(0.90 to 1.00 at every 5k): lift from scripted demonstrations is too easy to separate them, where the paper's "

@@ -18,6 +18,8 @@ from test_benchmarks_toys import toy_config, write_config
 
 REPOSITORY = Path(__file__).parents[1]
 TESTS = Path(__file__).parent
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
