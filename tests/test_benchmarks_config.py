@@ -243,7 +243,16 @@ def test_paper_settings_are_built_in(task, method, expected, env_kwargs, n_seeds
 
 
 @pytest.mark.parametrize(
-    "name", ["paper.yaml", "quickstart.yaml", "cpu.yaml", "evidence-tasks-pilot.yaml", "image-check.yaml"]
+    "name",
+    [
+        "paper.yaml",
+        "quickstart.yaml",
+        "cpu.yaml",
+        "evidence-tasks-pilot.yaml",
+        "evidence-tasks-puzzle.yaml",
+        "evidence-tasks-can.yaml",
+        "image-check.yaml",
+    ],
 )
 def test_shipped_configs_are_valid(name, tmp_path):
     pytest.importorskip("qc_sb3.envs.ogbench")
