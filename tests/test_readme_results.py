@@ -1,7 +1,8 @@
 """The README's "Results" are the committed evidence: its tables are the committed report's, the report's numbers are
-those of its curves, the report rebuilds from the committed run files alone (``results/evidence``, and so does the
-tasks pilot's in ``results/tasks-pilot``), and its lines on the fresh-seed comparison with the reference are what
-``qc_sb3.benchmarks.reports.compare`` computes from those runs (``results/diagnosis/confirm``)."""
+those of its curves, the report rebuilds from the committed run files alone (``results/evidence``, and so do the
+tasks pilot's in ``results/tasks-pilot`` and the tasks campaign's in ``results/tasks``), and its lines on the
+fresh-seed comparison with the reference are what ``qc_sb3.benchmarks.reports.compare`` computes from those runs
+(``results/diagnosis/confirm``)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def test_the_report_tables_are_the_committed_curves():
             assert row.seeds == point["n_seeds"].iloc[0]
 
 
-@pytest.mark.parametrize("results", [EVIDENCE, ROOT / "results" / "tasks-pilot"], ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "results", [EVIDENCE, ROOT / "results" / "tasks-pilot", ROOT / "results" / "tasks"], ids=lambda path: path.name
+)
 def test_the_report_rebuilds_from_the_committed_runs(tmp_path, results):
     report = results / "report"
     out = write_report(results, tmp_path / "report", finished_only=True)
