@@ -1,7 +1,7 @@
 """The benchmark runner: tasks x methods x seeds of a config, offline then online, on local processes or on Ray.
 
-Run: ``python -m qc_sb3.benchmarks.run CONFIG [--seeds 0 1 2 3] [--workers N] [--ray ADDRESS] [--out DIR]
-[--data-dir [SUITE=]DIR] [--no-report]``.
+Run: ``python -m qc_sb3.benchmarks.run CONFIG [--seeds 0 1 2 3] [--tasks TASK ...] [--methods METHOD ...]
+[--workers N] [--ray ADDRESS] [--out DIR] [--data-dir [SUITE=]DIR] [--no-report]``.
 
 In order: the config is checked in full (unknown tasks, methods or keys, bad values, hyperparameters the algorithms
 refuse, missing dataset folders and files, run folders holding another configuration's results or symbolic links, a
@@ -73,6 +73,8 @@ def run_benchmark(
     config_path: str | Path,
     out: str | Path | None = None,
     seeds: Sequence[int] | None = None,
+    tasks: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
     workers: int | None = None,
     ray_address: str | None = None,
     data_dirs: Sequence[str] = (),
@@ -85,6 +87,8 @@ def run_benchmark(
     :param config_path: The YAML config
     :param out: The results folder (default: the config's ``out``, else ``results/<name>``)
     :param seeds: Seeds overriding the config's
+    :param tasks: Only these of the config's tasks (default: all)
+    :param methods: Only these of the config's methods (default: all)
     :param workers: Local worker processes, also used to generate datasets (default: the config's
         ``execution.workers``, else the cores; 0: everything in this process, one run after another)
     :param ray_address: Run on this Ray cluster instead (``local``: start one here)
@@ -97,7 +101,7 @@ def run_benchmark(
     data = apply_data_dirs(read_config_data(config_path), data_dirs)
     config = load_config(data, label=repr(str(config_path)), name=Path(config_path).stem)
     out = Path(out or config.out or Path(DEFAULT_RESULTS_ROOT) / config.name)
-    runs = plan_runs(config, out, seeds)
+    runs = plan_runs(config, out, seeds, tasks=tasks, methods=methods)
     damaged: dict[str, dict[str, Any]] = {}
     for run in runs:
         check_run_paths(run.run_dir, len(Path(run.name).parts))
@@ -182,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qc_sb3.benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a benchmark config (YAML), e.g. benchmarks/configs/quickstart.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of every task (default: the config's)")
+    parser.add_argument("--tasks", nargs="+", default=None, help="only these of the config's tasks (default: all)")
+    parser.add_argument("--methods", nargs="+", default=None, help="only these of the config's methods (default: all)")
     parser.add_argument("--workers", type=int, default=None, help="local worker processes (0: everything in this process)")
     parser.add_argument("--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster ('local': start one here)")
     parser.add_argument("--out", default=None, help="results folder (default: the config's out, else results/<name>)")
@@ -199,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.config,
             out=args.out,
             seeds=args.seeds,
+            tasks=args.tasks,
+            methods=args.methods,
             workers=args.workers,
             ray_address=args.ray,
             data_dirs=args.data_dir,

@@ -140,6 +140,43 @@ def test_seeds_come_from_the_command_then_the_config_then_the_suite():
     assert [run.run_dir for run in runs] == [str(Path("results") / TOY_TASK / "QC" / f"seed{seed}") for seed in (0, 1)]
 
 
+def test_a_slice_of_methods_plans_the_same_runs_as_the_whole_config():
+    config = load_config(toy_config(methods={"QC": {"batch_size": 8}, "QC-FQL": None, "BFN": None}, seeds=[0, 1]))
+    whole = {(run.method, run.seed): run for run in plan_runs(config, "out")}
+    # Selected in another order and with a repeat: the config's order, each once.
+    sliced = plan_runs(config, "out", methods=["BFN", "QC", "BFN"], tasks=[TOY_TASK])
+    assert [(run.method, run.seed) for run in sliced] == [("QC", 0), ("QC", 1), ("BFN", 0), ("BFN", 1)]
+    for run in sliced:
+        expected = whole[(run.method, run.seed)]
+        assert (run.run_dir, run.hyperparameters) == (expected.run_dir, expected.hyperparameters)
+    assert sliced[0].hyperparameters["batch_size"] == 8
+
+
+@pytest.mark.parametrize(
+    "selection, expected",
+    [
+        ({"methods": ["QC", "FQL"]}, "(--methods):\n  - 'FQL' is not a method of this config; its methods: QC, QC-FQL"),
+        ({"methods": []}, "no method selected; expected some of the config's: QC, QC-FQL"),
+        ({"tasks": ["cube"]}, f"(--tasks):\n  - 'cube' is not a task of this config; its tasks: {TOY_TASK}"),
+    ],
+)
+def test_a_selection_outside_the_config_is_refused_by_name(selection, expected):
+    config = load_config(toy_config(methods=["QC", "QC-FQL"]))
+    with pytest.raises(ConfigError) as error:
+        plan_runs(config, "out", **selection)
+    assert expected in str(error.value)
+
+
+def test_the_command_runs_only_the_selected_methods(tmp_path):
+    config = write_config(tmp_path / "toy.yaml", toy_config(methods=["QC", "QC-FQL"], seeds=[0]))
+    out = tmp_path / "results"
+    assert main([str(config), "--out", str(out), "--workers", "0", "--no-report", "--methods", "QC-FQL"]) == 0
+    assert sorted(path.name for path in (out / TOY_TASK).iterdir()) == ["QC-FQL"]
+    assert (out / TOY_TASK / "QC-FQL" / "seed0" / "DONE").exists()
+    assert main([str(config), "--out", str(out), "--methods", "BFN"]) == 2
+    assert sorted(path.name for path in (out / TOY_TASK).iterdir()) == ["QC-FQL"]
+
+
 def og(family: str, number: int) -> str:
     """An OGBench task name."""
     return f"{family}-play-singletask-task{number}-v0"

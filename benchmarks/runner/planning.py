@@ -17,29 +17,41 @@ from qc_sb3.benchmarks.runner.specs import BenchmarkConfig, Protocol, RunSpec, T
 from qc_sb3.benchmarks.runner.tasks import get_suite, get_task
 
 
-def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[int] | None = None) -> list[RunSpec]:
+def plan_runs(
+    config: BenchmarkConfig,
+    out: str | os.PathLike,
+    seeds: Sequence[int] | None = None,
+    tasks: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+) -> list[RunSpec]:
     """
     One run per task, method and seed, with every setting resolved.
 
     :param config: The config
     :param out: The results folder
     :param seeds: Seeds overriding the config's and the suites' defaults
+    :param tasks: Only these of the config's tasks (default: all); their runs are those of the whole config
+    :param methods: Only these of the config's methods (default: all); their runs are those of the whole config
     :return: The runs, task by task, then method, then seed
-    :raises ConfigError: If an algorithm refuses its resolved arguments (it is built once per method and distinct
-        arguments on a dummy env, before any folder is made)
+    :raises ConfigError: If a seed, task or method of the selection is not valid, or if an algorithm refuses its
+        resolved arguments (it is built once per method and distinct arguments on a dummy env, before any folder is
+        made)
     """
     if seeds is not None:
         problems = Problems()
         parse_seeds(problems, list(seeds))
         problems.raise_if_any("(--seeds)")
+    selected_tasks = _select(config.tasks, tasks, "task", "--tasks")
+    selected_methods = _select(list(config.methods), methods, "method", "--methods")
     runs = []
     problems = Problems()
     checked: set[str] = set()
-    for task in map(get_task, config.tasks):
+    for task in map(get_task, selected_tasks):
         suite = get_suite(task.suite)
         task_seeds = tuple(seeds) if seeds is not None else config.seeds or tuple(range(suite.default_seeds))
         env_kwargs = {**task.env_kwargs, **{key: value for key, value in config.env.items() if key in task.env_kwargs}}
-        for method_name, method_overrides in config.methods.items():
+        for method_name in selected_methods:
+            method_overrides = config.methods[method_name]
             method = get_method(method_name)
             hyperparameters = resolve_hyperparameters(method_name, task, config, env_kwargs)
             hyperparameters = merge(hyperparameters, method_overrides)
@@ -72,6 +84,20 @@ def plan_runs(config: BenchmarkConfig, out: str | os.PathLike, seeds: Sequence[i
                 )
     problems.raise_if_any("(the algorithms' own argument checks)")
     return runs
+
+
+def _select(names: Sequence[str], selection: Sequence[str] | None, what: str, flag: str) -> list[str]:
+    """The config's names that a selection keeps, in the config's order; a selected name not in the config is refused."""
+    if selection is None:
+        return list(names)
+    problems = Problems()
+    if not selection:
+        problems.add(f"no {what} selected; expected some of the config's: {', '.join(names)}")
+    for name in dict.fromkeys(selection):
+        if name not in names:
+            problems.add(f"{name!r} is not a {what} of this config; its {what}s: {', '.join(names)}")
+    problems.raise_if_any(f"({flag})")
+    return [name for name in names if name in selection]
 
 
 def _check_constructible(
