@@ -35,6 +35,7 @@ extras = {
     "bench": ["pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "ray[default]>=2.9", "tensorboard>=2.14", "tqdm", "rich"],
     "test": [
         "pytest>=8",
+        "pytest-timeout>=2.3",
         "hypothesis>=6.100",
         "sb3-contrib>=2.7",
         "ruff>=0.6",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import secrets
 import time
@@ -23,10 +22,11 @@ from tqdm import tqdm
 
 from qc_sb3.envs.ogbench.play import UPSTREAM_EPISODE_LENGTH, PlayCollector, PlayEpisode, parse_play_dataset
 from qc_sb3.envs.output_folder import check_writable_folder
+from qc_sb3.envs.worker_processes import map_in_workers
 
 logger = logging.getLogger(__name__)
 
-# The collector of a worker process, made once by the pool's initializer.
+# The collector of a worker process, made once by its initializer.
 _worker_collector: PlayCollector | None = None
 
 
@@ -138,14 +138,13 @@ def _record_episodes(
             np.random.set_state(global_state)
             collector.close()
         return
-    # "spawn": no inherited threads or MuJoCo state; each worker builds its own env once.
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(family, episode_length, visual)) as pool:
-        yield from pool.imap(_collect_in_worker, [(seed, episode) for episode in range(n_episodes)])
+    # Each worker builds its own collector once.
+    arguments = [(seed, episode) for episode in range(n_episodes)]
+    yield from map_in_workers(_collect_in_worker, arguments, workers, _init_worker, (family, episode_length, visual))
 
 
 def _init_worker(family: str, episode_length: int, visual: bool) -> None:
-    """Pool initializer: make this worker's collector."""
+    """Worker initializer: make this worker's collector."""
     global _worker_collector
     _worker_collector = PlayCollector(family, episode_length, visual)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 from collections.abc import Iterator
 from contextlib import closing
@@ -20,6 +19,7 @@ from qc_sb3.envs.output_folder import check_writable_folder
 from qc_sb3.envs.robomimic.env import import_robosuite, reseed, reset_robosuite, robosuite_kwargs
 from qc_sb3.envs.robomimic.scripted import OPERATOR_STYLES, make_controller
 from qc_sb3.envs.robomimic.tasks import default_env_args, resolve_task
+from qc_sb3.envs.worker_processes import map_in_workers
 
 # The observation keys written under obs/ and next_obs/: those of the official low-dim files that robosuite
 # observes directly ("object" is robosuite's "object-state").
@@ -159,10 +159,7 @@ def _episodes(task: str, seed: int, workers: int, max_attempts: int, max_episode
         finally:
             env.close()
         return
-    # Spawned workers: forking a process that runs torch or mujoco threads can deadlock.
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(task, seed, max_episode_steps)) as pool:
-        yield from pool.imap(_worker_rollout, range(max_attempts))
+    yield from map_in_workers(_worker_rollout, range(max_attempts), workers, _init_worker, (task, seed, max_episode_steps))
 
 
 def generate_demos(
