@@ -43,24 +43,35 @@ def timed_model(monkeypatch, tmp_path):
     return model, tmp_path
 
 
+def _logged_estimates(folder) -> list[tuple[int, float]]:
+    with open(folder / "progress.csv") as file:
+        return [(int(row["offline/gradient_steps"]), float(row["time/offline_eta_s"])) for row in csv.DictReader(file)]
+
+
 def test_the_offline_phase_logs_its_estimated_time_left_and_says_it_early(timed_model):
     model, folder = timed_model
     model.learn(0)
-    with open(folder / "progress.csv") as file:
-        rows = list(csv.DictReader(file))
     # By hand: 2 s per step; after step 15 of 30, 15 steps (30 s) are left; after step 30, none.
-    assert [(int(row["offline/gradient_steps"]), float(row["time/offline_eta_s"])) for row in rows] == [(15, 30.0), (30, 0.0)]
+    assert _logged_estimates(folder) == [(15, 30.0), (30, 0.0)]
     # The first estimate, after 1 + 10 steps: 19 steps left, 38 s = 0.0106 h.
     expected = "offline phase: 2 s per gradient step over its first steps, about 0.0106 h for the 19 left"
     assert expected in (folder / "log.txt").read_text()
 
 
-def test_pretrain_estimates_the_time_left_of_its_own_steps(timed_model):
+def test_pretrain_in_pieces_estimates_the_time_left_of_the_whole_offline_phase(timed_model):
     model, folder = timed_model
-    model.pretrain(gradient_steps=20)  # after step 15, 5 of its 20 steps are left: 10 s
-    with open(folder / "progress.csv") as file:
-        rows = list(csv.DictReader(file))
-    assert [(int(row["offline/gradient_steps"]), float(row["time/offline_eta_s"])) for row in rows] == [(15, 10.0), (20, 0.0)]
+    model.pretrain(gradient_steps=20)
+    model.pretrain(gradient_steps=10)
+    # By hand, 2 s per step of a 30-step phase: after step 15, 15 steps (30 s) are left; at the end of the first
+    # call (step 20), 10 steps (20 s); after step 30, none.
+    assert _logged_estimates(folder) == [(15, 30.0), (20, 20.0), (30, 0.0)]
+
+
+def test_pretrain_past_the_offline_phase_estimates_the_time_left_of_its_own_steps(timed_model):
+    model, folder = timed_model
+    model.pretrain(gradient_steps=40)  # 10 steps past the 30 of offline_gradient_steps
+    # By hand: after step 15, 25 of its 40 steps are left (50 s); after step 30, 10 (20 s); after step 40, none.
+    assert _logged_estimates(folder) == [(15, 50.0), (30, 20.0), (40, 0.0)]
 
 
 @pytest.mark.parametrize(

@@ -243,16 +243,17 @@ class OfflinePhaseMixin(GradientUpdateMixin):
             progress.close()
         return continue_training
 
-    def _record_time_left(self, seconds_per_step: float, steps_left: int, steps_timed: int) -> None:
+    def _record_time_left(self, seconds_per_step: float, call_steps_left: int, steps_timed: int) -> None:
         """
-        Record ``time/offline_eta_s``, the estimated seconds left of the offline steps under way (logged at the next
-        dump, beside ``offline/*``, which holds training statistics), and at the first estimate, with ``verbose >= 1``,
-        say it in an info line.
+        Record ``time/offline_eta_s``, the estimated seconds left of the offline phase (of the call under way where
+        it runs past ``offline_gradient_steps``), logged at the next dump beside ``offline/*``, which holds training
+        statistics; at the first estimate, with ``verbose >= 1``, say it in an info line.
 
         :param seconds_per_step: Mean wall time of the gradient steps timed so far (callbacks included)
-        :param steps_left: Gradient steps still to run in this call
+        :param call_steps_left: Gradient steps still to run in this call
         :param steps_timed: Gradient steps run so far in this call
         """
+        steps_left = max(call_steps_left, self.offline_steps_remaining)
         eta = seconds_per_step * steps_left
         self.logger.record("time/offline_eta_s", eta)
         if steps_timed == 1 + ETA_STEPS and self.verbose >= 1:
@@ -372,7 +373,6 @@ class OfflinePhaseMixin(GradientUpdateMixin):
         self._read_train_losses()
         callback.on_training_end()
         return self
-
 
 
 def _progress_bar(total: int) -> Any:
