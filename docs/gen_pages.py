@@ -86,14 +86,14 @@ INTRODUCTIONS = {
     "paper's column is its value at 100k steps, its first evaluation.",
     "Tasks campaign": "The paper's ordering on its own tasks, sized by the pilot (`results/tasks/README.md`). "
     "Robomimic can from the pilot's 300 scripted demonstrations (`benchmarks/configs/evidence-tasks-can.yaml`: "
-    "QC-FQL against FQL and FQL-n, 2 x 256, 100k offline steps, 20 evaluation episodes every 10k; three seeds of "
-    "QC-FQL and FQL-n, two of FQL so far): QC-FQL reaches the paper's value at 100k (0.87 against 0.89), but so "
-    "do the methods without chunks (FQL 0.97, FQL-n 0.98, where the paper has 0.45 and 0.53), so the paper's ordering "
-    "does not appear on can from scripted demonstrations; FQL and FQL-n even climb faster. The difference from "
-    "the paper is in the baselines, and the data accounts for it: behavior cloning alone reaches 0.90 at 30k steps on "
-    "the same file (the pilot's fourth slice), for the scripted demonstrations are all successes of one skill level, "
-    "where the paper's multi-human files mix operators of three proficiency levels. The campaign's plan is three "
-    "seeds of each method. The paper's column is its value at 100k steps, its first evaluation.",
+    "QC-FQL against FQL and FQL-n, 2 x 256, 100k offline steps, 20 evaluation episodes every 10k; three seeds "
+    "each): QC-FQL reaches the paper's value at 100k (0.87 against 0.89), but so do the methods without chunks (FQL "
+    "0.97, FQL-n 0.98, where the paper has 0.45 and 0.53), so the paper's ordering does not appear on can from "
+    "scripted demonstrations; FQL and FQL-n even climb faster. The difference from the paper is in the baselines, and "
+    "the data accounts for it: behavior cloning alone reaches 0.90 at 30k steps on the same file (the pilot's fourth "
+    "slice), for the scripted demonstrations are all successes of one skill level, where the paper's multi-human "
+    "files mix operators of three proficiency levels. The paper's column is its value at 100k steps, its first "
+    "evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
