@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
 from qc_sb3.common.offline_source import OfflineShards
 
 from test_benchmarks_toys import TOY_TASK, keep_torch_threads, toy_config, toy_suite, write_config  # noqa: F401 (autouse fixtures of this module)
+
+# The values th.backends.cpu.get_cpu_capability documents.
+CPU_CAPABILITIES = {"DEFAULT", "VSX", "Z VECTOR", "NO AVX", "AVX2", "AVX512", "SVE256"}
 
 
 class Killed(Exception):
@@ -96,8 +100,15 @@ def test_a_run_writes_the_results_layout(uninterrupted):
     assert config["task"] == TOY_TASK and config["method"] == "QC" and config["seed"] == 0
     assert config["hyperparameters"]["batch_size"] == 16 and config["hyperparameters"]["buffer_size"] == 40
     assert config["protocol"]["offline_steps"] == 40
-    versions = json.loads((run_dir / "versions.json").read_text())["sessions"][0]["versions"]
+    session = json.loads((run_dir / "versions.json").read_text())["sessions"][0]
+    versions = session["versions"]
     assert versions["torch"] == th.__version__ and "stable_baselines3" in versions and "gymnasium" in versions
+    # The machine: the CPU as Linux names it, the cores, and the vector instructions PyTorch's CPU kernels use.
+    host = session["machine"]
+    assert host["cores"] == os.cpu_count() and host["cpu_capability"] in CPU_CAPABILITIES
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "model name" in cpuinfo:  # Linux on x86
+        assert f"model name\t: {host['cpu']}" in cpuinfo
     assert any((run_dir / "tensorboard" / phase).glob("events.out.tfevents.*") for phase in ("offline", "online"))
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text()) == {"checkpoint": "ckpt-00004"}
     assert {path.name for path in (run_dir / "checkpoints" / "ckpt-00004").iterdir()} == {

@@ -7,7 +7,15 @@ from torch import nn
 
 from qc_sb3.accel import onednn_matmul
 from qc_sb3.accel.compiled_step import compile_unavailable_reason
-from qc_sb3.accel.onednn_matmul import Linear, ensemble_linear, linear, member_linear, plain_matmuls, uses_onednn
+from qc_sb3.accel.onednn_matmul import (
+    Linear,
+    ensemble_linear,
+    linear,
+    member_linear,
+    onednn_matmuls,
+    plain_matmuls,
+    uses_onednn,
+)
 
 pytestmark = pytest.mark.skipif(
     not onednn_matmul._HAS_ONEDNN, reason="this PyTorch build has no oneDNN: the layers are addmm / baddbmm"
@@ -25,12 +33,28 @@ def assert_close(actual: th.Tensor, expected: th.Tensor) -> None:
 
 def test_the_layers_take_onednn_for_float32_cpu_inputs_of_enough_rows_only():
     rows = onednn_matmul.MIN_ROWS
-    assert uses_onednn(th.zeros(rows, 3)) and uses_onednn(th.zeros(2, rows, 3))
-    assert not uses_onednn(th.zeros(rows - 1, 3)) and not uses_onednn(th.zeros(2, rows - 1, 3))
-    assert not uses_onednn(th.zeros(rows, 3, dtype=th.float64))
+    with onednn_matmuls():
+        assert uses_onednn(th.zeros(rows, 3)) and uses_onednn(th.zeros(2, rows, 3))
+        assert not uses_onednn(th.zeros(rows - 1, 3)) and not uses_onednn(th.zeros(2, rows - 1, 3))
+        assert not uses_onednn(th.zeros(rows, 3, dtype=th.float64))
+        with plain_matmuls():
+            assert not uses_onednn(th.zeros(rows, 3))
+        assert uses_onednn(th.zeros(rows, 3))
+
+
+@pytest.mark.parametrize(("capability", "onednn"), [("AVX512", True), ("AVX2", False), ("DEFAULT", False)])
+def test_by_default_the_layers_take_onednn_on_cpus_with_avx512_only(monkeypatch, capability: str, onednn: bool):
+    # oneDNN's matmul beats the BLAS (MKL, which takes its AVX2 kernels on AMD CPUs) where it has AVX-512 to use.
+    assert onednn_matmul.onednn_by_default(capability) is onednn
+    monkeypatch.setattr(th.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert onednn_matmul.onednn_by_default() is onednn
+    monkeypatch.setattr(onednn_matmul, "_ONEDNN_BY_DEFAULT", onednn)
+    monkeypatch.setattr(onednn_matmul, "_forced", None)  # the test session's fixture forces oneDNN: lift it
+    assert uses_onednn(th.zeros(onednn_matmul.MIN_ROWS, 3)) is onednn
+    with onednn_matmuls():
+        assert uses_onednn(th.zeros(onednn_matmul.MIN_ROWS, 3))
     with plain_matmuls():
-        assert not uses_onednn(th.zeros(rows, 3))
-    assert uses_onednn(th.zeros(rows, 3))
+        assert not uses_onednn(th.zeros(onednn_matmul.MIN_ROWS, 3))
 
 
 def test_linear_and_its_gradients_are_the_hand_computed_ones():

@@ -4,8 +4,9 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 
 * ``config.json``: the resolved run (task, method, seed, every hyperparameter, env keyword arguments, protocol,
   dataset source); a run whose folder holds a different one is refused;
-* ``versions.json``: the package versions and the source revision (git commit, and whether the checkout had
-  uncommitted changes) of each session that worked on the run (docs/evidence.md §1);
+* ``versions.json``: the package versions, the source revision (git commit, and whether the checkout had
+  uncommitted changes) and the machine (CPU, cores, PyTorch's CPU capability) of each session that worked on the run
+  (docs/evidence.md §1);
 * ``eval.csv``: one row per evaluation (:mod:`qc_sb3.benchmarks.runner.evaluations`); ``step`` is the paper's x-axis: offline
   gradient steps, then the offline budget plus online env steps;
 * ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
@@ -75,7 +76,7 @@ from qc_sb3.benchmarks.runner.locks import FolderBusyError, folder_lock
 from qc_sb3.benchmarks.runner.methods import constructor_arguments
 from qc_sb3.benchmarks.runner.paths import UnsafePathError, check_run_paths
 from qc_sb3.benchmarks.runner.progress import ProgressWriter
-from qc_sb3.benchmarks.runner.provenance import package_versions, source_revision
+from qc_sb3.benchmarks.runner.provenance import machine, package_versions, source_revision
 from qc_sb3.benchmarks.runner.specs import RunSpec
 from qc_sb3.benchmarks.runner.training_stats import export_run
 from qc_sb3.common.chunked import ChunkedOffPolicyAlgorithm
@@ -356,6 +357,7 @@ def _record_versions(run_dir: Path, state: CheckpointState) -> None:
             "from_evaluation": state.evaluations_done,
             "versions": package_versions(),
             "source": source_revision(),
+            "machine": machine(),
         }
     )
     write_json(path, {"sessions": sessions})

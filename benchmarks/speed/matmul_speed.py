@@ -9,10 +9,10 @@ times a block of calls of every product on both paths in turn; the figures are m
 run, in GFLOP/s, and the ratio oneDNN / BLAS.
 
 ``--steps [small default]``: whole gradient steps instead, ``train(1)`` of :mod:`qc_sb3.benchmarks.speed.step_speed`'s
-QC and QC-FQL
-models, eager and with ``compile_step=True``, each with the oneDNN layers and a copy (same weights) whose steps run
-under :func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`, all in the same rounds (``qc_sb3.benchmarks.speed.step_speed``'s
-interleaving); medians in ms per step, and the ratio BLAS / oneDNN.
+QC and QC-FQL models, eager and with ``compile_step=True``, and the eager models' decisions, each under
+:func:`~qc_sb3.accel.onednn_matmul.onednn_matmuls` and a copy (same weights) under
+:func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`, all in the same rounds (``qc_sb3.benchmarks.speed.step_speed``'s
+interleaving); medians in ms per call, and the ratio BLAS / oneDNN.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch as th
 
-from qc_sb3.accel.onednn_matmul import _matmul_t, plain_matmuls
+from qc_sb3.accel.onednn_matmul import _matmul_t, onednn_matmuls, plain_matmuls
 from qc_sb3.benchmarks.speed.step_speed import CONFIGS, build, interleaved_seconds, machine_name, random_dataset
 
 
@@ -52,8 +53,13 @@ def products(rows: int, width: int, members: int) -> dict[str, tuple[Callable[[]
 
 
 def step_calls(configs: list[str]) -> dict[tuple[str, bool], Callable[[], object]]:
-    """One ``train(1)`` call per model, configuration and compile option, as (name, plain) -> call."""
+    """
+    One ``train(1)`` call per model, configuration and compile option, and one decision (``policy.predict_chunk`` on
+    one observation) per eager model, as (name, plain) -> call: oneDNN's matmuls forced on one side, the BLAS on the
+    other, whatever the CPU's default.
+    """
     dataset = random_dataset()
+    observation = dataset["observations"][0]
     calls: dict[tuple[str, bool], Callable[[], object]] = {}
     for config_name in configs:
         for method in ("QC", "QCFQL"):
@@ -62,20 +68,31 @@ def step_calls(configs: list[str]) -> dict[tuple[str, bool], Callable[[], object
                 onednn = build(method, CONFIGS[config_name], "cpu", dataset, compile_step=compiled)
                 plain = build(method, CONFIGS[config_name], "cpu", dataset, compile_step=compiled)
                 plain.policy.load_state_dict(onednn.policy.state_dict())
-                calls[name, False] = lambda model=onednn: model.train(gradient_steps=1, batch_size=256)
-                calls[name, True] = lambda model=plain: plain_step(model)
+                calls[name, False] = within(onednn_matmuls, lambda model=onednn: model.train(1, batch_size=256))
+                calls[name, True] = within(plain_matmuls, lambda model=plain: model.train(1, batch_size=256))
+                if not compiled:
+                    decision = f"{config_name} {method} decision"
+                    calls[decision, False] = within(
+                        onednn_matmuls, lambda model=onednn: model.policy.predict_chunk(observation)
+                    )
+                    calls[decision, True] = within(plain_matmuls, lambda model=plain: model.policy.predict_chunk(observation))
     return calls
 
 
-def plain_step(model: object) -> None:
-    with plain_matmuls():
-        model.train(gradient_steps=1, batch_size=256)  # type: ignore[attr-defined]
+def within(matmuls: Callable[[], AbstractContextManager[None]], call: Callable[[], object]) -> Callable[[], object]:
+    """``call`` run inside the ``matmuls`` context (:func:`plain_matmuls` or :func:`onednn_matmuls`)."""
+
+    def run() -> object:
+        with matmuls():
+            return call()
+
+    return run
 
 
 def print_steps(configs: list[str], rounds: int) -> None:
     calls = step_calls(configs)
     times = interleaved_seconds({f"{name} {plain}": call for (name, plain), call in calls.items()}, rounds, 5)
-    print(f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads; {rounds} rounds of 5 steps")
+    print(f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads; {rounds} rounds of 5 calls")
     print(f"{'model':24s} {'BLAS ms':>8s} {'oneDNN ms':>10s} {'ratio':>7s}")
     for name in dict.fromkeys(name for name, _ in calls):
         blas, onednn = (1000 * statistics.median(times[f"{name} {plain}"]) for plain in (True, False))

@@ -41,13 +41,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -58,6 +55,7 @@ from stable_baselines3.common.logger import configure
 from qc_sb3 import QC, QCFQL, RLPD
 from qc_sb3.accel.graphed_update import WARMUP_STEPS
 from qc_sb3.accel.onednn_matmul import linear
+from qc_sb3.benchmarks.runner.provenance import machine
 from qc_sb3.benchmarks.speed.step_flops import step_matmul_flops
 from qc_sb3.common.device_buffer import DeviceChunkReplayBuffer
 
@@ -133,10 +131,9 @@ def reference_agent_options(config: dict, method: str) -> list[str]:
 
 
 def machine_name() -> str:
-    """The CPU's model name and core count (Linux's /proc/cpuinfo; the platform's name elsewhere)."""
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    return f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    """The CPU's model name, core count and PyTorch's CPU capability (from :func:`.provenance.machine`)."""
+    host = machine()
+    return f"{host['cpu']}, {host['cores']} cores, {host['cpu_capability']}"
 
 
 def interleaved_seconds(

@@ -2,13 +2,14 @@
 CPU fast path of the networks' Linear layers, with autograd: oneDNN's matmul in place of PyTorch's default BLAS.
 
 The networks of :mod:`qc_sb3.common.networks` compute each layer with ``nn.Linear`` (an MLP) or ``baddbmm`` (an
-ensemble), which on CPU call the BLAS PyTorch was built with (MKL in the wheels). On CPUs that MKL does not run at
-full speed, such as AMD's, oneDNN's matmul is faster for these networks' shapes, forward and for both products of
-the backward pass (``python -m qc_sb3.benchmarks.speed.matmul_speed`` measures it); it computes the same products
-(float32, same values to rounding). :func:`linear` and
-:func:`ensemble_linear` are those layers: the plain ``addmm`` / ``baddbmm`` off the CPU or where oneDNN is missing,
-and oneDNN otherwise (from :data:`MIN_ROWS` rows: a oneDNN call has a larger fixed cost), unless
-:func:`plain_matmuls` is in force (for tests and for the benchmarks' A/B).
+ensemble), which on CPU call the BLAS PyTorch was built with (MKL in the wheels). On CPUs with AVX-512, which MKL
+does not use on AMD's, oneDNN's matmul is faster for these networks' shapes, forward and for both products of the
+backward pass; on CPUs with AVX2 only, the BLAS is as fast or faster (``python -m
+qc_sb3.benchmarks.speed.matmul_speed`` measures both). It computes the same products (float32, same values to
+rounding). :func:`linear` and :func:`ensemble_linear` are those layers: oneDNN where PyTorch reports the CPU
+capability ``AVX512`` and the layer has at least :data:`MIN_ROWS` rows (a oneDNN call has a larger fixed cost), the
+plain ``addmm`` / ``baddbmm`` otherwise; :func:`plain_matmuls` and :func:`onednn_matmuls` force one or the other
+(for tests and for the benchmarks' A/B).
 
 oneDNN has no batched float32 matmul that PyTorch exposes, so an ensemble's layer is one oneDNN call per member
 (K calls where ``baddbmm`` makes one); inside a compiled graph the calls are unrolled.
@@ -27,28 +28,51 @@ _HAS_ONEDNN = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_lin
 # A oneDNN call has a larger fixed cost than a BLAS one, which a decision's few rows do not repay
 # (``python -m qc_sb3.benchmarks.speed.matmul_speed`` measures the crossover); below this many rows the BLAS stays.
 MIN_ROWS = 32
-_plain_forced = False
+# The layers' matmul: None chooses by the CPU (onednn_by_default), True forces oneDNN, False the BLAS.
+_forced: bool | None = None
+
+
+def onednn_by_default(cpu_capability: str | None = None) -> bool:
+    """
+    :param cpu_capability: PyTorch's CPU capability (``th.backends.cpu.get_cpu_capability()`` when None)
+    :return: Whether the layers take oneDNN's matmul unless forced: where PyTorch ships it and the CPU has AVX-512
+    """
+    capability = th.backends.cpu.get_cpu_capability() if cpu_capability is None else cpu_capability
+    return _HAS_ONEDNN and capability == "AVX512"
+
+
+_ONEDNN_BY_DEFAULT = onednn_by_default()
 
 
 @contextlib.contextmanager
-def plain_matmuls() -> Iterator[None]:
-    """Within this context the layers use ``addmm`` / ``baddbmm`` everywhere (not thread-safe: a module switch)."""
-    global _plain_forced
-    previous, _plain_forced = _plain_forced, True
+def _forcing(onednn: bool) -> Iterator[None]:
+    global _forced
+    previous, _forced = _forced, onednn
     try:
         yield
     finally:
-        _plain_forced = previous
+        _forced = previous
+
+
+def plain_matmuls() -> contextlib.AbstractContextManager[None]:
+    """Within this context the layers use ``addmm`` / ``baddbmm`` everywhere (not thread-safe: a module switch)."""
+    return _forcing(False)
+
+
+def onednn_matmuls() -> contextlib.AbstractContextManager[None]:
+    """Within this context the layers use oneDNN's matmul where it applies, whatever the CPU (not thread-safe)."""
+    return _forcing(True)
 
 
 def uses_onednn(x: th.Tensor) -> bool:
     """
     :param x: A layer's input, ``(M, in)`` or ``(K, M, in)``
-    :return: Whether :func:`linear` and :func:`ensemble_linear` take oneDNN's matmul for it: float32 on the CPU,
-        at least :data:`MIN_ROWS` rows
+    :return: Whether :func:`linear` and :func:`ensemble_linear` take oneDNN's matmul for it: chosen by the CPU
+        (:func:`onednn_by_default`) or forced, for float32 on the CPU with at least :data:`MIN_ROWS` rows
     """
+    wanted = _ONEDNN_BY_DEFAULT if _forced is None else _forced
     on_cpu = x.device.type == "cpu" and x.dtype == th.float32
-    return _HAS_ONEDNN and not _plain_forced and on_cpu and x.dim() >= 2 and x.shape[-2] >= MIN_ROWS
+    return _HAS_ONEDNN and wanted and on_cpu and x.dim() >= 2 and x.shape[-2] >= MIN_ROWS
 
 
 def _onednn_matmul(a: th.Tensor, b: th.Tensor, bias: th.Tensor | None, transpose_a: bool, transpose_b: bool) -> th.Tensor:
