@@ -109,7 +109,7 @@ CONFIRM_INTRODUCTION = (
 )
 SPEED = ROOT / "results" / "speed"
 # Logs the speed page shows whole, beside the step-time tables (of the others it shows the header line).
-WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "seed-steps.txt")
+WHOLE_LOGS = ("against-sac.txt", "chunk-execution.txt", "matmul-onednn-avx2.txt", "seed-steps.txt")
 LOG_NOTES = {
     "against-sac.txt": "Stable-Baselines3's SAC against qc_sb3's cheapest settings at the same widths, env steps per "
     "second of `learn()` with one gradient step per env step: RLPD with K = 2 critics and h = 1 is SAC plus the "
@@ -125,6 +125,13 @@ SEED_STEPS_NOTE = (
     "cost per 1000 offline gradient steps per seed of the paper's methods is in `results/speed/seeds-cost.csv`."
 )
 LOG_NOTES["seed-steps.txt"] = SEED_STEPS_NOTE
+LOG_NOTES["matmul-onednn-avx2.txt"] = (
+    "oneDNN's matmul against PyTorch's BLAS on a CPU with AVX2 alone: the products of a 256-wide layer in GFLOP/s, "
+    "then whole gradient steps and decisions in ms, each with oneDNN forced on one side and the BLAS on the other; a "
+    "ratio over 1 means oneDNN was faster. On the host of `matmul-onednn.txt` and `matmul-onednn-steps.txt`, where "
+    "oneDNN ran at 172 GFLOP/s on one core (more than AVX2 reaches: an AVX-512 CPU), it was ahead; the networks' "
+    "layers therefore take oneDNN only where PyTorch reports the CPU capability AVX512."
+)
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
 RUN_RECORD = "\n## Run record\n"
