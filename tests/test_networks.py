@@ -13,9 +13,9 @@ import pytest
 import torch as th
 from torch import nn
 
-from qc_sb3.accel.fast_inference import fused_euler
+from qc_sb3.accel.fast_inference import fused_euler, unfused_layers
 from qc_sb3.accel.fast_networks import accelerate
-from qc_sb3.accel.onednn_matmul import MIN_ROWS
+from qc_sb3.accel.onednn_matmul import MIN_ROWS, onednn_matmuls, plain_matmuls
 from qc_sb3.common.networks import (
     MLP,
     CriticEnsemble,
@@ -349,18 +349,23 @@ def test_velocity_from_state_term_equals_forward_on_the_concatenation(mode: str,
 
 
 @pytest.mark.parametrize("mode", GRAD_MODES)
-def test_euler_with_a_real_vector_field_matches_a_hand_loop(mode: str) -> None:
+@pytest.mark.parametrize(
+    ("rows", "matmuls"), [(5, onednn_matmuls), (MIN_ROWS + 3, onednn_matmuls), (MIN_ROWS + 3, plain_matmuls)]
+)
+def test_euler_with_a_real_vector_field_matches_a_hand_loop(mode: str, rows: int, matmuls: Callable) -> None:
+    # Without autograd the fast field is fused below MIN_ROWS rows, and from them where the layers take oneDNN's
+    # matmul; with the BLAS's it integrates in place.
     generator = th.Generator().manual_seed(8)
     th.manual_seed(8)
     field = FlowVectorField(3, 2, hidden_dims=(16, 16))
     randomize_(field, generator, std=1.0)
-    observations, noise = th.randn(5, 3, generator=generator), th.randn(5, 2, generator=generator)
-    with grad_mode(mode):
+    observations, noise = th.randn(rows, 3, generator=generator), th.randn(rows, 2, generator=generator)
+    with grad_mode(mode), matmuls():
         actions = field.integrate(observations, noise, flow_steps=5)
     layers, norms = mlp_layers(field.mlp)
     expected = noise.double()
     for i in range(5):
-        t = th.full((5, 1), i / 5)
+        t = th.full((rows, 1), i / 5)
         expected = expected + mlp_by_hand(th.cat((observations.double(), expected, t.double()), 1), layers, norms) / 5
     assert_close(actions, expected.clamp(-1, 1), tol=1e-4)
     assert expected.abs().max() > 1  # the clip is exercised
@@ -400,6 +405,13 @@ def test_fused_euler_is_only_taken_where_it_applies() -> None:
         no_hidden = accelerate(FlowVectorField(3, 2, hidden_dims=()))
         assert no_hidden.mlp._path(observations) == "plain"  # no hidden layer
         assert plain.mlp._path(observations.double()) == "in_place"
+        many = th.zeros(MIN_ROWS, 3)
+        with onednn_matmuls():
+            assert plain.mlp._path(many) == "fused"
+        with plain_matmuls():  # the BLAS's matmul, faster than oneDNN's without AVX-512, repays the unfused passes
+            assert plain.mlp._path(many) == "in_place" and plain.mlp._path(many[:-1]) == "fused"
+        with unfused_layers():
+            assert plain.mlp._path(observations) == "in_place"
         with pytest.raises(ValueError, match="flow_steps"):
             fused_euler(plain, observations, th.zeros(2, 2), 0)
     assert plain.mlp._path(observations) == "plain"  # autograd on: the differentiable loop

@@ -13,6 +13,10 @@ QC and QC-FQL models, eager and with ``compile_step=True``, and the eager models
 :func:`~qc_sb3.accel.onednn_matmul.onednn_matmuls` and a copy (same weights) under
 :func:`~qc_sb3.accel.onednn_matmul.plain_matmuls`, all in the same rounds (``qc_sb3.benchmarks.speed.step_speed``'s
 interleaving); medians in ms per call, and the ratio BLAS / oneDNN.
+
+``--flow-rows 8 64 2048 [--flow-configs small default]``: the flow's integration (no autograd) at those batch sizes,
+on the fused path (:mod:`qc_sb3.accel.fast_inference`, oneDNN forced) and in place
+(:func:`~qc_sb3.accel.fast_inference.unfused_layers`), in the same rounds; the ratio in-place / fused.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 
 import torch as th
 
+from qc_sb3.accel.fast_inference import unfused_layers
 from qc_sb3.accel.onednn_matmul import _matmul_t, onednn_matmuls, plain_matmuls
 from qc_sb3.benchmarks.speed.step_speed import CONFIGS, build, interleaved_seconds, machine_name, random_dataset
 
@@ -99,6 +105,30 @@ def print_steps(configs: list[str], rounds: int) -> None:
         print(f"{name:24s} {blas:8.2f} {onednn:10.2f} {blas / onednn:6.2f}x")
 
 
+def print_flow_rows(configs: list[str], rows: list[int], rounds: int) -> None:
+    """
+    The flow's integration (T Euler steps without autograd: a decision's N rows, a TD target's B x N) of each config's
+    QC model at each batch size, on the fused oneDNN path and on the in-place one with the BLAS's matmuls.
+    """
+    dataset = random_dataset()
+    calls: dict[str, Callable[[], object]] = {}
+    for config_name in configs:
+        model = build("QC", CONFIGS[config_name], "cpu", dataset)
+        flow, steps = model.policy.flow, model.flow_steps
+        for count in rows:
+            observations, noise = th.randn(count, flow.observation_dim), th.randn(count, flow.action_dim)
+            integrate = th.no_grad()(partial(flow.integrate, observations, noise, steps))
+            calls[f"{config_name} {count} fused"] = within(onednn_matmuls, integrate)
+            calls[f"{config_name} {count} in-place"] = within(unfused_layers, integrate)
+    times = interleaved_seconds(calls, rounds, 5)
+    print(f"{machine_name()}; torch {th.__version__}, {th.get_num_threads()} threads; {rounds} rounds of 5 calls")
+    print(f"{'flow integration':24s} {'in-place ms':>11s} {'fused ms':>9s} {'ratio':>7s}")
+    for name in dict.fromkeys(name.rsplit(" ", 1)[0] for name in calls):
+        in_place, fused = (1000 * statistics.median(times[f"{name} {path}"]) for path in ("in-place", "fused"))
+        config_name, count = name.split(" ")
+        print(f"{config_name + ', ' + count + ' rows':24s} {in_place:11.3f} {fused:9.3f} {in_place / fused:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=256, help="rows of a batch (the batch size)")
@@ -107,7 +137,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per product, path and round")
     parser.add_argument("--steps", nargs="+", choices=list(CONFIGS), help="time whole gradient steps of these configs")
+    parser.add_argument(
+        "--flow-rows",
+        nargs="+",
+        type=int,
+        metavar="ROWS",
+        help="time the flow's integration at these batch sizes instead, fused and in place (--flow-configs)",
+    )
+    parser.add_argument("--flow-configs", nargs="+", choices=list(CONFIGS), default=["small"])
     args = parser.parse_args()
+    if args.flow_rows:
+        print_flow_rows(args.flow_configs, args.flow_rows, args.rounds)
+        return
     if args.steps:
         print_steps(args.steps, args.rounds)
         return

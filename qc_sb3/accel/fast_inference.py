@@ -14,17 +14,20 @@ computations):
 * the fused Euler sampler: the whole flow integration as one oneDNN call per hidden layer and one matmul per step.
 
 :func:`inference_path` decides which of them a forward pass takes, and with autograd whether an ensemble runs its
-members one after the other.
+members one after the other; :func:`unfused_layers` keeps single networks off the oneDNN calls (for tests and for
+the benchmarks' A/B).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 import torch as th
 
-from qc_sb3.accel.onednn_matmul import uses_onednn
+from qc_sb3.accel.onednn_matmul import MIN_ROWS, uses_onednn
 from qc_sb3.common.networks import LAYER_NORM_EPS
 
 if TYPE_CHECKING:
@@ -36,6 +39,31 @@ InferencePath = Literal["plain", "fused", "in_place", "per_member"]
 GELU_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 GELU_CUBIC = GELU_SCALE * 0.044715
 _HAS_FUSED_LINEAR_GELU = th.backends.mkldnn.is_available() and hasattr(th.ops.mkldnn, "_linear_pointwise")
+_unfused = False
+
+
+@contextlib.contextmanager
+def unfused_layers() -> Iterator[None]:
+    """Within this context single networks take the in-place path, never the fused one (not thread-safe)."""
+    global _unfused
+    previous, _unfused = _unfused, True
+    try:
+        yield
+    finally:
+        _unfused = previous
+
+
+def fuses_single_network(x: th.Tensor) -> bool:
+    """
+    :param x: A single network's input, ``(M, in)``
+    :return: Whether its Linear -> GELU(tanh) layers run as fused oneDNN calls: float32, where PyTorch ships the
+        op, and where the layers take oneDNN's matmul (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`) or ``x``
+        has fewer than ``MIN_ROWS`` rows. A fused call costs less per call than a matmul and in-place GELU passes, but
+        without AVX-512 oneDNN's matmul is the slower one, which many rows do not repay
+        (``python -m qc_sb3.benchmarks.speed.matmul_speed --flow-rows`` measures both).
+    """
+    few_rows = x.shape[-2] < MIN_ROWS
+    return _HAS_FUSED_LINEAR_GELU and not _unfused and x.dtype == th.float32 and (few_rows or uses_onednn(x))
 
 
 def inference_path(
@@ -53,10 +81,10 @@ def inference_path(
       (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`): its members one after the other, differentiable
       (:func:`~qc_sb3.accel.fast_training.per_member_ensemble_forward`);
     * ``"fused"``: with autograd off, on float32 CPU tensors, when PyTorch ships the oneDNN op, each hidden layer is one oneDNN
-      Linear -> GELU(tanh) call: a single network without LayerNorm (which cannot be fused into the call), or an
-      ensemble, member after member, with its LayerNorms in place on each call's output, where oneDNN's matmul
-      runs the layers (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`; otherwise the in-place path's batched
-      matmul is faster);
+      Linear -> GELU(tanh) call: a single network without LayerNorm (which cannot be fused into the call) where
+      :func:`fuses_single_network`, or an ensemble, member after member, with its LayerNorms in place on each
+      call's output, where oneDNN's matmul runs the layers (:func:`~qc_sb3.accel.onednn_matmul.uses_onednn`;
+      otherwise the in-place path's batched matmul is faster);
     * ``"in_place"``: otherwise, the in-place kernels on the module's scratch memory.
 
     :param x: The network's input
@@ -74,7 +102,7 @@ def inference_path(
         return "plain"
     if ensemble and uses_onednn(x):
         return "fused"
-    if not ensemble and not layer_norm and _HAS_FUSED_LINEAR_GELU and x.dtype == th.float32:
+    if not ensemble and not layer_norm and fuses_single_network(x):
         return "fused"
     return "in_place"
 
