@@ -127,10 +127,12 @@ SEED_STEPS_NOTE = (
 LOG_NOTES["seed-steps.txt"] = SEED_STEPS_NOTE
 LOG_NOTES["matmul-onednn-avx2.txt"] = (
     "oneDNN's matmul against PyTorch's BLAS on a CPU with AVX2 alone: the products of a 256-wide layer in GFLOP/s, "
-    "then whole gradient steps and decisions in ms, each with oneDNN forced on one side and the BLAS on the other; a "
-    "ratio over 1 means oneDNN was faster. On the host of `matmul-onednn.txt` and `matmul-onednn-steps.txt`, where "
-    "oneDNN ran at 172 GFLOP/s on one core (more than AVX2 reaches: an AVX-512 CPU), it was ahead; the networks' "
-    "layers therefore take oneDNN only where PyTorch reports the CPU capability AVX512."
+    "whole gradient steps and decisions in ms with oneDNN forced on one side and the BLAS on the other (a ratio over "
+    "1 means oneDNN was faster), then the flow's integration without autograd on fused oneDNN calls and in place, at "
+    "batch sizes from a decision's few rows to a TD target's. On the host of `matmul-onednn.txt` and "
+    "`matmul-onednn-steps.txt`, where oneDNN ran at 172 GFLOP/s on one core (more than AVX2 reaches: an AVX-512 CPU), "
+    "it was ahead; the networks' layers therefore take oneDNN only where PyTorch reports the CPU capability AVX512, "
+    "and elsewhere the flow integrates 32 rows or more in place."
 )
 LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
 # A diagnosis note's section of run windows and machines: kept in the results file, left off the page.
