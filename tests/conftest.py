@@ -15,12 +15,13 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 from qc_sb3.accel.onednn_matmul import onednn_matmuls
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="session")
 def onednn_layers() -> Iterator[None]:
     """
-    Every test runs the networks' layers on oneDNN's matmul from MIN_ROWS rows, whichever the CPU would choose by
-    default (qc_sb3.accel.onednn_matmul.onednn_by_default): both paths are tested on every machine, the BLAS below
-    MIN_ROWS rows and oneDNN from it. tests/test_onednn_matmul.py tests the default choice itself.
+    The whole session, module fixtures included, runs the networks' layers on oneDNN's matmul from MIN_ROWS rows,
+    whichever the CPU would choose by default (qc_sb3.accel.onednn_matmul.onednn_by_default): both paths are tested
+    on every machine, the BLAS below MIN_ROWS rows and oneDNN from it. tests/test_onednn_matmul.py tests the default
+    choice itself. Worker processes that tests start make the default choice.
     """
     with onednn_matmuls():
         yield
