@@ -4,9 +4,8 @@ A run's folder (``<out>/<task>/<method>/seed<k>/``) holds:
 
 * ``config.json``: the resolved run (task, method, seed, every hyperparameter, env keyword arguments, protocol,
   dataset source); a run whose folder holds a different one is refused;
-* ``versions.json``: the package versions, the source revision (git commit, and whether the checkout had
-  uncommitted changes) and the machine (CPU, cores, PyTorch's CPU capability) of each session that worked on the run
-  (docs/evidence.md §1);
+* ``versions.json``: of each session that worked on the run, the package versions, the source revision (git commit,
+  uncommitted changes or not) and the machine (CPU, cores, PyTorch's CPU capability; docs/evidence.md §1);
 * ``eval.csv``: one row per evaluation (:mod:`qc_sb3.benchmarks.runner.evaluations`); ``step`` is the paper's x-axis: offline
   gradient steps, then the offline budget plus online env steps;
 * ``tensorboard/offline`` and ``tensorboard/online``: the model's logs (``offline/*`` at x = offline gradient steps,
