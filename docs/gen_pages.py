@@ -94,11 +94,12 @@ INTRODUCTIONS = {
     "slice), for the scripted demonstrations are all successes of one skill level, where the paper's multi-human "
     "files mix operators of three proficiency levels. OGBench puzzle-3x3 task 2 from 1M generated play transitions "
     "(`benchmarks/configs/evidence-tasks-puzzle.yaml`: QC with N = 8 against BFN and BFN-n, 2 x 256, 100k offline "
-    "steps; seed 0 of each so far): all three stand far below the paper's QC (1.00); QC ends above BFN-n (0.10 "
-    "against 0.00) but below BFN (0.45), which one seed a side cannot order, since single runs swing by 0.1 to 0.3 "
-    "between evaluations and the reference's QC ended at 0.55 on the same data. QC's critic rises from its floor "
-    "some 35k steps before BFN's, as chunked backups should, while BFN-n's stays at the floor. The paper's column is "
-    "its value at 100k steps, its first evaluation.",
+    "steps; three seeds of QC, one of BFN and BFN-n so far): all three stand far below the paper's QC (1.00); QC "
+    "ends above BFN-n (0.22 over its three seeds against 0.00) but not above BFN (0.45), whose one seed cannot yet "
+    "order them: its success moved by 0.1 between its last two evaluations, and the reference's QC ended at 0.55 on "
+    "the same data. In each of QC's seeds the critic rises from its floor some 35k steps before BFN's, as chunked "
+    "backups should, while BFN-n's stays at the floor. The paper's column is its value at 100k steps, its first "
+    "evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`), to "
     "show that the one seed `bash benchmarks/quickstart.sh` runs (seed 0) is typical; each seed's figures are in "
     "`results/quickstart-seeds/README.md`.",
