@@ -1,5 +1,5 @@
-"""The committed five-seed quickstart runs: their README's table is what each run's eval.csv holds, and the runs are the
-quickstart's config on different seeds."""
+"""The committed quickstart runs (five seeds on an AVX-512 CPU, seed 0 where torch reports AVX2): their READMEs' tables
+are what each run's eval.csv holds, and the runs are the quickstart's config."""
 
 from __future__ import annotations
 
@@ -12,6 +12,22 @@ import yaml
 
 ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "results" / "quickstart-seeds"
+AVX2_RESULTS = ROOT / "results" / "quickstart-avx2"
+AVX2_RUN = AVX2_RESULTS / "lift-mh-low_dim" / "QC" / "seed0"
+
+
+def run_folder(seed: int) -> Path:
+    return RUNS / "lift-mh-low_dim" / "QC" / f"seed{seed}"
+
+
+def cpu_capabilities(run: Path) -> set[str]:
+    """The PyTorch CPU capabilities a run's sessions recorded."""
+    sessions = json.loads((run / "versions.json").read_text(encoding="utf-8"))["sessions"]
+    return {session["machine"]["cpu_capability"] for session in sessions}
+
+
+def successes(run: Path) -> list[float]:
+    return list(pd.read_csv(run / "eval.csv")["success"])
 
 
 def readme_rows() -> dict[int, list[float]]:
@@ -28,7 +44,7 @@ def test_readme_table_is_the_runs_eval_files():
     rows = readme_rows()
     assert sorted(rows) == [0, 1, 2, 3, 4]
     for seed, successes in rows.items():
-        evaluations = pd.read_csv(RUNS / "lift-mh-low_dim" / "QC" / f"seed{seed}" / "eval.csv")
+        evaluations = pd.read_csv(run_folder(seed) / "eval.csv")
         assert list(evaluations["step"]) == [1500, 3000, 4500]
         assert successes == pytest.approx(list(evaluations["success"]))
 
@@ -48,17 +64,47 @@ def test_runs_are_the_quickstart_config_on_five_seeds():
         assert seeds[key] == quickstart[key], key
     assert seeds["seeds"] == [0, 1, 2, 3, 4]
     for seed in seeds["seeds"]:
-        config = json.loads((RUNS / "lift-mh-low_dim" / "QC" / f"seed{seed}" / "config.json").read_text())
+        config = json.loads((run_folder(seed) / "config.json").read_text())
         assert config["seed"] == seed
+        assert cpu_capabilities(run_folder(seed)) == {"AVX512"}
 
 
 def test_readme_quotes_the_five_seeds_and_the_quickstarts_seed():
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     summary = (RUNS / "report" / "summary.md").read_text(encoding="utf-8")
-    quoted = readme.split("Five seeds of the same config give ", 1)[1].split(" after the online one", 1)[0]
+    quoted = readme.split("five seeds of the same config give ", 1)[1].split(" after the online one", 1)[0]
     offline, online = quoted.split(" after the offline phase and ")
     row = next(line for line in summary.splitlines() if line.startswith("| robomimic | robomimic | QC |"))
     assert row.endswith(f"| {offline} | {online} |"), (row, offline, online)
-    seed0 = pd.read_csv(RUNS / "lift-mh-low_dim" / "QC" / "seed0" / "eval.csv")
-    offline_successes, online_successes = round(seed0["success"].iloc[1] * 20), round(seed0["success"].iloc[2] * 20)
-    assert f"{offline_successes} of 20 episodes after the offline phase and {online_successes} of 20" in readme
+    offline_successes, online_successes = (round(success * 20) for success in successes(run_folder(0))[1:])
+    assert (
+        f"On a CPU with AVX-512, QC succeeds in {offline_successes} of 20 episodes after the offline phase and "
+        f"{online_successes} of 20 after the online phase" in readme
+    )
+
+
+def test_avx2_run_is_the_quickstarts_seed_0_on_another_kernel():
+    quickstart = json.loads((run_folder(0) / "config.json").read_text(encoding="utf-8"))
+    assert json.loads((AVX2_RUN / "config.json").read_text(encoding="utf-8")) == quickstart
+    assert cpu_capabilities(AVX2_RUN) == {"AVX2"}
+    evaluations = pd.read_csv(AVX2_RUN / "eval.csv")
+    offline = evaluations["phase"] == "offline"
+    assert list(evaluations["success"][offline]) == successes(run_folder(0))[: offline.sum()]
+
+
+def test_avx2_readme_table_and_critic_losses_are_the_runs_files():
+    text = (AVX2_RESULTS / "README.md").read_text(encoding="utf-8")
+    for label, run in (("AVX2 (this run)", AVX2_RUN), ("AVX512 (seed 0 in `results/quickstart-seeds`)", run_folder(0))):
+        assert f"| {label} | " + " | ".join(f"{success:.2f}" for success in successes(run)) + " |" in text
+    first_losses = []
+    for run in (AVX2_RUN, run_folder(0)):
+        stats = pd.read_csv(run / "train_stats.csv", dtype={"value": str})
+        first_losses.append(stats[stats["tag"] == "offline/critic_loss"].iloc[0])
+    assert first_losses[0]["step"] == first_losses[1]["step"] == 1000
+    assert f"{first_losses[0]['value']} here, {first_losses[1]['value']} with AVX512" in " ".join(text.split())
+
+
+def test_readme_quotes_the_avx2_run():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    offline_successes, online_successes = (round(success * 20) for success in successes(AVX2_RUN)[1:])
+    assert f"drifts: {offline_successes} and {online_successes} of 20" in readme
