@@ -97,7 +97,7 @@ INTRODUCTIONS = {
     "steps; three seeds of QC and BFN, one of BFN-n so far): all three stand far below the paper's QC (1.00); QC "
     "ends above BFN-n (0.22 over its three seeds against 0.00) and above BFN on average (0.17: 0.45, 0.00 and 0.05), "
     "far less than the paper's margin and with overlapping intervals, but it succeeds earlier and in every seed "
-    "(first successes at 40k-70k steps, BFN's at 90k, 100k or not by 100k); the reference's QC was as slow on the "
+    "(first successes at 40k-70k steps, BFN's at 90k, 100k or not by 100k); the reference's QC was slow too on the "
     "same data (0.55 at 100k, one seed). In each seed QC's critic rises from its floor some 30k-40k steps before "
     "BFN's, as chunked backups should, while BFN-n's stays at the floor. The paper's column is its value at 100k "
     "steps, its first evaluation.",
