@@ -102,10 +102,11 @@ INTRODUCTIONS = {
     "BFN's, as chunked backups should, while BFN-n's stays at the floor. The paper's column is its value at 100k "
     "steps, its first evaluation.",
     "Quickstart on five seeds": "The quickstart's config on seeds 0-4 (`benchmarks/configs/quickstart-seeds.yaml`) on "
-    "a CPU with AVX-512, to show where the one seed `bash benchmarks/quickstart.sh` runs (seed 0) lies among others: "
-    "the highest of the five after the online phase. Each seed's figures are in `results/quickstart-seeds/README.md`, "
-    "and seed 0's where torch reports AVX2, whose matrix kernels differ in the last bits, in "
-    "`results/quickstart-avx2/README.md`.",
+    "an AMD EPYC with AVX-512, to show where the one seed `bash benchmarks/quickstart.sh` runs (seed 0) lies among "
+    "others: the highest of the five after the online phase. Each seed's figures are in "
+    "`results/quickstart-seeds/README.md`; seed 0's on CPUs whose matrix kernels differ in the last bits are in "
+    "`results/quickstart-avx2/README.md` (where torch reports AVX2) and `results/quickstart-xeon/README.md` (an Intel "
+    "Xeon with AVX-512).",
 }
 DIAGNOSIS = ROOT / "results" / "diagnosis"
 CONFIRM = DIAGNOSIS / "confirm"

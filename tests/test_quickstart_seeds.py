@@ -1,5 +1,5 @@
-"""The committed quickstart runs (five seeds on an AVX-512 CPU, seed 0 where torch reports AVX2): their READMEs' tables
-are what each run's eval.csv holds, and the runs are the quickstart's config."""
+"""The committed quickstart runs (five seeds on an AMD CPU with AVX-512, seed 0 where torch reports AVX2 and on an Intel
+CPU with AVX-512): their READMEs' tables are what each run's eval.csv holds, and the runs are the quickstart's config."""
 
 from __future__ import annotations
 
@@ -14,16 +14,23 @@ ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "results" / "quickstart-seeds"
 AVX2_RESULTS = ROOT / "results" / "quickstart-avx2"
 AVX2_RUN = AVX2_RESULTS / "lift-mh-low_dim" / "QC" / "seed0"
+XEON_RESULTS = ROOT / "results" / "quickstart-xeon"
+XEON_RUN = XEON_RESULTS / "lift-mh-low_dim" / "QC" / "seed0"
 
 
 def run_folder(seed: int) -> Path:
     return RUNS / "lift-mh-low_dim" / "QC" / f"seed{seed}"
 
 
+def machines(run: Path, key: str) -> set[str]:
+    """What a run's sessions recorded of their machine under ``key`` (``cpu``, ``cpu_capability``)."""
+    sessions = json.loads((run / "versions.json").read_text(encoding="utf-8"))["sessions"]
+    return {session["machine"][key] for session in sessions}
+
+
 def cpu_capabilities(run: Path) -> set[str]:
     """The PyTorch CPU capabilities a run's sessions recorded."""
-    sessions = json.loads((run / "versions.json").read_text(encoding="utf-8"))["sessions"]
-    return {session["machine"]["cpu_capability"] for session in sessions}
+    return machines(run, "cpu_capability")
 
 
 def successes(run: Path) -> list[float]:
@@ -67,6 +74,7 @@ def test_runs_are_the_quickstart_config_on_five_seeds():
         config = json.loads((run_folder(seed) / "config.json").read_text())
         assert config["seed"] == seed
         assert cpu_capabilities(run_folder(seed)) == {"AVX512"}
+        assert machines(run_folder(seed), "cpu") == {"AMD EPYC"}
 
 
 def test_readme_quotes_the_five_seeds_and_the_quickstarts_seed():
@@ -78,7 +86,7 @@ def test_readme_quotes_the_five_seeds_and_the_quickstarts_seed():
     assert row.endswith(f"| {offline} | {online} |"), (row, offline, online)
     offline_successes, online_successes = (round(success * 20) for success in successes(run_folder(0))[1:])
     assert (
-        f"On a CPU with AVX-512, QC succeeds in {offline_successes} of 20 episodes after the offline phase and "
+        f"On an AMD EPYC with AVX-512, QC succeeds in {offline_successes} of 20 episodes after the offline phase and "
         f"{online_successes} of 20 after the online phase" in readme
     )
 
@@ -107,4 +115,38 @@ def test_avx2_readme_table_and_critic_losses_are_the_runs_files():
 def test_readme_quotes_the_avx2_run():
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     offline_successes, online_successes = (round(success * 20) for success in successes(AVX2_RUN)[1:])
-    assert f"drifts: {offline_successes} and {online_successes} of 20" in readme
+    assert f"drifts: {offline_successes} and {online_successes} of 20 where torch reports AVX2" in readme
+
+
+def test_xeon_run_is_the_quickstarts_seed_0_on_another_cpu():
+    quickstart = json.loads((run_folder(0) / "config.json").read_text(encoding="utf-8"))
+    assert json.loads((XEON_RUN / "config.json").read_text(encoding="utf-8")) == quickstart
+    assert cpu_capabilities(XEON_RUN) == {"AVX512"}
+    assert all(cpu.startswith("Intel(R) Xeon(R)") for cpu in machines(XEON_RUN, "cpu"))
+    evaluations = pd.read_csv(XEON_RUN / "eval.csv")
+    offline = evaluations["phase"] == "offline"
+    assert list(evaluations["success"][offline]) == successes(run_folder(0))[: offline.sum()]
+
+
+def test_xeon_readme_table_and_critic_losses_are_the_runs_files():
+    text = (XEON_RESULTS / "README.md").read_text(encoding="utf-8")
+    rows = (
+        ("Intel Xeon, AVX512 (this run)", XEON_RUN),
+        ("AMD EPYC, AVX512 (seed 0 in `results/quickstart-seeds`)", run_folder(0)),
+    )
+    for label, run in rows:
+        assert f"| {label} | " + " | ".join(f"{success:.2f}" for success in successes(run)) + " |" in text
+    losses = []
+    for run in (XEON_RUN, run_folder(0)):
+        stats = pd.read_csv(run / "train_stats.csv", dtype={"value": str})
+        losses.append(stats[stats["tag"] == "offline/critic_loss"].set_index("step")["value"])
+    differing = losses[0].index[losses[0].astype(float) != losses[1].astype(float)]
+    first = differing[0]
+    assert f"first differs at {first} steps" in " ".join(text.split())
+    assert f"{losses[0][first]} here, {losses[1][first]} on the AMD EPYC" in " ".join(text.split())
+
+
+def test_readme_quotes_the_xeon_run():
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    offline_successes, online_successes = (round(success * 20) for success in successes(XEON_RUN)[1:])
+    assert f"{offline_successes} and {online_successes} of 20 on an Intel Xeon with AVX-512" in readme
