@@ -91,11 +91,17 @@ def test_readme_quotes_the_five_seeds_and_the_quickstarts_seed():
     )
 
 
-def test_avx2_run_is_the_quickstarts_seed_0_on_another_kernel():
+@pytest.mark.parametrize(
+    ("run", "capability", "cpu"),
+    [(AVX2_RUN, "AVX2", "AMD EPYC"), (XEON_RUN, "AVX512", "Intel(R) Xeon(R)")],
+    ids=["avx2", "xeon"],
+)
+def test_run_is_the_quickstarts_seed_0_on_other_kernels(run, capability, cpu):
     quickstart = json.loads((run_folder(0) / "config.json").read_text(encoding="utf-8"))
-    assert json.loads((AVX2_RUN / "config.json").read_text(encoding="utf-8")) == quickstart
-    assert cpu_capabilities(AVX2_RUN) == {"AVX2"}
-    evaluations = pd.read_csv(AVX2_RUN / "eval.csv")
+    assert json.loads((run / "config.json").read_text(encoding="utf-8")) == quickstart
+    assert cpu_capabilities(run) == {capability}
+    assert all(name.startswith(cpu) for name in machines(run, "cpu"))
+    evaluations = pd.read_csv(run / "eval.csv")
     offline = evaluations["phase"] == "offline"
     assert list(evaluations["success"][offline]) == successes(run_folder(0))[: offline.sum()]
 
@@ -112,20 +118,15 @@ def test_avx2_readme_table_and_critic_losses_are_the_runs_files():
     assert f"{first_losses[0]['value']} here, {first_losses[1]['value']} with AVX512" in " ".join(text.split())
 
 
-def test_readme_quotes_the_avx2_run():
+@pytest.mark.parametrize(
+    ("run", "where"),
+    [(AVX2_RUN, "where torch reports AVX2"), (XEON_RUN, "on an Intel Xeon with AVX-512")],
+    ids=["avx2", "xeon"],
+)
+def test_readme_quotes_the_runs_on_other_kernels(run, where):
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    offline_successes, online_successes = (round(success * 20) for success in successes(AVX2_RUN)[1:])
-    assert f"drifts: {offline_successes} and {online_successes} of 20 where torch reports AVX2" in readme
-
-
-def test_xeon_run_is_the_quickstarts_seed_0_on_another_cpu():
-    quickstart = json.loads((run_folder(0) / "config.json").read_text(encoding="utf-8"))
-    assert json.loads((XEON_RUN / "config.json").read_text(encoding="utf-8")) == quickstart
-    assert cpu_capabilities(XEON_RUN) == {"AVX512"}
-    assert all(cpu.startswith("Intel(R) Xeon(R)") for cpu in machines(XEON_RUN, "cpu"))
-    evaluations = pd.read_csv(XEON_RUN / "eval.csv")
-    offline = evaluations["phase"] == "offline"
-    assert list(evaluations["success"][offline]) == successes(run_folder(0))[: offline.sum()]
+    offline_successes, online_successes = (round(success * 20) for success in successes(run)[1:])
+    assert f"{offline_successes} and {online_successes} of 20 {where}" in readme
 
 
 def test_xeon_readme_table_and_critic_losses_are_the_runs_files():
@@ -144,9 +145,3 @@ def test_xeon_readme_table_and_critic_losses_are_the_runs_files():
     first = differing[0]
     assert f"first differs at {first} steps" in " ".join(text.split())
     assert f"{losses[0][first]} here, {losses[1][first]} on the AMD EPYC" in " ".join(text.split())
-
-
-def test_readme_quotes_the_xeon_run():
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    offline_successes, online_successes = (round(success * 20) for success in successes(XEON_RUN)[1:])
-    assert f"{offline_successes} and {online_successes} of 20 on an Intel Xeon with AVX-512" in readme
